@@ -1,0 +1,244 @@
+// The MQTT messages of the k8s4r wire contract, as C++ values, and their
+// codecs. docs/protocol.md describes each message; proto-schemas/ holds the
+// JSON Schema of each and example payloads that the tests feed both to a JSON
+// Schema validator and to these codecs, so the two agree.
+//
+// parse_* never throws: input that is not JSON, not an object, over
+// kMaxPayloadBytes, with a missing field, a wrong type, a value outside its
+// set, or an identifier that could break a topic gives an Error naming the
+// field. Unknown fields are ignored, so newer senders stay readable. null
+// reads as absent for optional fields, since Go's encoding/json writes nil
+// maps and slices as null and Go K8s4r agents must stay readable.
+//
+// encode writes compact JSON with the field names of the contract and omits
+// optional fields that are not set. It trusts its input: ids are validated
+// where topics are built (topics.h).
+//
+// Thread-safety: pure functions over values.
+#pragma once
+
+#include "k8s4r/common/result.h"
+#include "k8s4r/common/rfc3339.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace k8s4r {
+
+// Larger payloads are refused before parsing.
+inline constexpr std::size_t kMaxPayloadBytes = 256 * 1024;
+// logsTail carries the last 4 KiB of a task's output.
+inline constexpr std::size_t kMaxLogsTailCharacters = 4096;
+
+using StringMap = std::map<std::string, std::string>;
+
+// ---- Register, Heartbeat ---------------------------------------------------
+
+struct PlatformInfo {
+  std::string os, arch, platform, platform_family, platform_version, kernel_version, kernel_arch;
+  bool operator==(const PlatformInfo&) const = default;
+};
+
+struct CpuInfo {
+  std::optional<std::int64_t> physical_cores, logical_cores;
+  std::string model_name, vendor;
+  std::optional<double> mhz, usage_percent;
+  bool operator==(const CpuInfo&) const = default;
+};
+
+// Bytes, except usage_percent.
+struct MemoryInfo {
+  std::optional<std::int64_t> total, available, used, free, buffers, cached;
+  std::optional<double> usage_percent;
+  bool operator==(const MemoryInfo&) const = default;
+};
+
+// What the bridge copies into Robot.status.deviceInfo. Further keys that Go
+// agents send (swap, disks, networkInterfaces, ...) are read past.
+struct DeviceInfo {
+  std::string hostname;
+  PlatformInfo platform;
+  CpuInfo cpu;
+  MemoryInfo memory;
+  bool operator==(const DeviceInfo&) const = default;
+};
+
+enum class TaskRunState { running, completed, failed };
+std::string_view to_string(TaskRunState state);
+
+// A task the agent has, as it tells the bridge on (re-)registering, so the
+// bridge can reconcile after either side restarted.
+struct RunningTask {
+  std::string task_uid;
+  TaskRunState state = TaskRunState::running;
+  std::optional<std::int64_t> seq;  // the seq of the last status report sent
+  bool operator==(const RunningTask&) const = default;
+};
+
+// k8s4r/register, agent -> bridge, QoS 1.
+struct Register {
+  std::string robot_id;
+  std::string token;
+  std::string agent_version;
+  StringMap labels;
+  std::optional<DeviceInfo> device_info;
+  std::vector<RunningTask> running_tasks;
+  std::optional<Timestamp> timestamp;  // absent from Go K8s4r agents
+  bool operator==(const Register&) const = default;
+};
+
+// k8s4r/heartbeat, agent -> bridge, QoS 1.
+struct Heartbeat {
+  std::string robot_id;
+  std::string token;
+  std::optional<Timestamp> timestamp;      // absent from Go K8s4r agents
+  std::vector<std::string> running_tasks;  // task uids
+  std::optional<DeviceInfo> device_info;   // Go K8s4r agents send it on every beat
+  bool operator==(const Heartbeat&) const = default;
+};
+
+// ---- RegisterResponse --------------------------------------------------------
+
+enum class RobotPhase { pending, online, offline, unknown };
+std::string_view to_string(RobotPhase phase);  // "Pending", "Online", ...
+
+// k8s4r/robots/{robotId}/response, bridge -> agent, QoS 1.
+struct RegisterResponse {
+  bool success = false;
+  std::string robot_id;
+  std::string message;
+  std::optional<RobotPhase> phase;
+  bool operator==(const RegisterResponse&) const = default;
+};
+
+// ---- Dispatch ------------------------------------------------------------------
+
+enum class TaskDriver { exec, raw_exec, docker, java };
+std::string_view to_string(TaskDriver driver);
+
+struct ExecConfig {
+  std::string command;
+  std::vector<std::string> args;
+  bool operator==(const ExecConfig&) const = default;
+};
+
+struct RestartPolicy {
+  std::optional<std::int64_t> attempts;
+  std::optional<std::chrono::nanoseconds> interval, delay;
+  std::optional<std::string> mode;  // "fail" or "delay"
+  bool operator==(const RestartPolicy&) const = default;
+};
+
+struct Artifact {
+  std::string getter_source;
+  StringMap getter_options;  // e.g. checksum: "sha256:HEX"
+  std::string relative_dest;
+  std::optional<std::string> getter_mode;  // "any", "file" or "dir"
+  bool operator==(const Artifact&) const = default;
+};
+
+// The parts of Task.spec the agent acts on. `raw` keeps the whole spec as
+// received, so nothing is lost when it is relayed (resources, constraints,
+// docker and java configs).
+struct TaskSpec {
+  std::string job_name, task_group_name, name, target_robot, user;
+  TaskDriver driver = TaskDriver::exec;
+  std::optional<ExecConfig> exec_config;
+  StringMap env;
+  std::optional<std::chrono::nanoseconds> timeout, kill_timeout;
+  std::optional<RestartPolicy> restart_policy;
+  std::vector<Artifact> artifacts;
+  nlohmann::json raw = nlohmann::json::object();
+  bool operator==(const TaskSpec&) const = default;
+};
+
+struct TaskMetadata {
+  std::string name, namespace_, uid;
+  std::optional<std::int64_t> generation;
+  bool operator==(const TaskMetadata&) const = default;
+};
+
+struct DispatchedTask {
+  std::string api_version, kind;
+  TaskMetadata metadata;
+  std::optional<TaskSpec> spec;  // always set for create
+  bool operator==(const DispatchedTask&) const = default;
+};
+
+enum class DispatchAction { create, remove };
+std::string_view to_string(DispatchAction action);  // "create", "delete"
+
+// k8s4r/robots/{robotId}/tasks/dispatch, bridge -> agent, QoS 1.
+// create: the whole task, with a spec whose driver has its config.
+// delete: only task.metadata.uid is needed.
+struct Dispatch {
+  DispatchAction action = DispatchAction::create;
+  DispatchedTask task;
+  bool operator==(const Dispatch&) const = default;
+};
+
+// ---- TaskStatus ------------------------------------------------------------------
+
+// k8s4r/robots/{robotId}/tasks/{taskUid}/status, agent -> bridge, QoS 1.
+struct TaskStatus {
+  std::string task_uid;
+  std::string robot_id;  // Go K8s4r agents send it as robotName
+  TaskRunState state = TaskRunState::running;
+  std::optional<std::int64_t> exit_code;  // 128+N when ended by signal N
+  std::optional<std::int64_t> signal;     // the signal number that ended the process
+  std::string reason;                     // machine-readable: Timeout, Cancelled, ...
+  std::string message;                    // for people
+  std::string event;                      // what just happened: Started, Restarting, ...
+  std::optional<Timestamp> started_at, finished_at, updated_at;
+  std::int64_t restart_count = 0;
+  // Strictly increasing per task, across agent restarts; absent only from Go
+  // K8s4r agents.
+  std::optional<std::int64_t> seq;
+  std::string logs_tail;  // at most kMaxLogsTailCharacters
+  bool operator==(const TaskStatus&) const = default;
+};
+
+// ---- Presence ----------------------------------------------------------------------
+
+// k8s4r/robots/{robotId}/presence, agent (and the broker, as the agent's last
+// will) -> bridge, QoS 1, retained.
+struct Presence {
+  std::string robot_id;
+  bool online = false;
+  Timestamp timestamp;
+  bool operator==(const Presence&) const = default;
+};
+
+// ---- Codecs ----------------------------------------------------------------------------
+
+Result<Register> parse_register(std::string_view payload);
+Result<Heartbeat> parse_heartbeat(std::string_view payload);
+Result<RegisterResponse> parse_register_response(std::string_view payload);
+Result<Dispatch> parse_dispatch(std::string_view payload);
+Result<TaskStatus> parse_task_status(std::string_view payload);
+Result<Presence> parse_presence(std::string_view payload);
+
+std::string encode(const Register& message);
+std::string encode(const Heartbeat& message);
+std::string encode(const RegisterResponse& message);
+std::string encode(const Dispatch& message);
+std::string encode(const TaskStatus& message);
+std::string encode(const Presence& message);
+
+// The same as encode, as a JSON value (to embed or compare).
+nlohmann::json to_json_value(const Register& message);
+nlohmann::json to_json_value(const Heartbeat& message);
+nlohmann::json to_json_value(const RegisterResponse& message);
+nlohmann::json to_json_value(const Dispatch& message);
+nlohmann::json to_json_value(const TaskStatus& message);
+nlohmann::json to_json_value(const Presence& message);
+
+}  // namespace k8s4r

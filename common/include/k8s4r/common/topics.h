@@ -1,0 +1,49 @@
+// The MQTT topics of the k8s4r wire contract (docs/protocol.md).
+//
+// The first five topics are fixed by existing K8s4r deployments; presence is
+// ours. Builders validate the identifiers they put into a topic, so no caller
+// can publish to a topic a '+', '#' or '/' would change. parse_topic is the
+// inverse: it tells which message a received topic carries and for whom.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include "k8s4r/common/result.h"
+
+#include <string>
+#include <string_view>
+
+namespace k8s4r::topics {
+
+inline constexpr std::string_view kRegister = "k8s4r/register";
+inline constexpr std::string_view kHeartbeat = "k8s4r/heartbeat";
+
+// Subscription filters for the bridge, which listens for every robot.
+inline constexpr std::string_view kAllTaskStatusFilter = "k8s4r/robots/+/tasks/+/status";
+inline constexpr std::string_view kAllPresenceFilter = "k8s4r/robots/+/presence";
+
+// k8s4r/robots/{robotId}/response
+Result<std::string> response(std::string_view robot_id);
+// k8s4r/robots/{robotId}/tasks/dispatch
+Result<std::string> dispatch(std::string_view robot_id);
+// k8s4r/robots/{robotId}/tasks/{taskUid}/status
+Result<std::string> task_status(std::string_view robot_id, std::string_view task_uid);
+// k8s4r/robots/{robotId}/tasks/+/status: an agent's own status reports.
+Result<std::string> task_status_filter(std::string_view robot_id);
+// k8s4r/robots/{robotId}/presence
+Result<std::string> presence(std::string_view robot_id);
+
+enum class TopicKind { register_robot, heartbeat, response, dispatch, task_status, presence };
+
+struct ParsedTopic {
+  TopicKind kind;
+  std::string robot_id;  // empty for register and heartbeat: it is in the payload
+  std::string task_uid;  // set for task_status only
+  bool operator==(const ParsedTopic&) const = default;
+};
+
+// Which message a topic carries. Fails, naming the topic, for anything that is
+// not one of the topics above or whose robot id or task uid is not valid.
+Result<ParsedTopic> parse_topic(std::string_view topic);
+
+}  // namespace k8s4r::topics

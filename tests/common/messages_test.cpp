@@ -1,0 +1,180 @@
+// Codec behaviour beyond the schema examples: limits, hostile input, legacy
+// Go K8s4r payloads, and what encode writes.
+#include "k8s4r/common/messages.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+
+namespace k8s4r {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+const std::string kUid = "5b0e7c1a-3f9d-4e21-9a77-0c2d4b6e8f10";
+
+std::string status_with_logs(const std::string& logs) {
+  return json{{"taskUid", kUid}, {"robotId", "robot-1"}, {"state", "completed"}, {"seq", 2}, {"logsTail", logs}}.dump();
+}
+
+TEST(Messages, RefusesOversizedPayloadsBeforeParsing) {
+  std::string big = status_with_logs("");
+  big.insert(big.size() - 1, std::string(kMaxPayloadBytes, ' '));  // whitespace keeps it valid JSON
+  auto parsed = parse_task_status(big);
+  ASSERT_FALSE(parsed);
+  EXPECT_EQ(parsed.error().field, "");
+  EXPECT_NE(parsed.error().message.find("over the limit of 262144"), std::string::npos) << parsed.error().message;
+
+  const std::string ten_megabytes(10 * 1024 * 1024, 'x');
+  EXPECT_FALSE(parse_dispatch(ten_megabytes));
+}
+
+TEST(Messages, AcceptsAPayloadJustUnderTheLimit) {
+  std::string payload = status_with_logs("tail");
+  payload.insert(payload.size() - 1, std::string(kMaxPayloadBytes - payload.size(), ' '));
+  ASSERT_EQ(payload.size(), kMaxPayloadBytes);
+  EXPECT_TRUE(parse_task_status(payload));
+}
+
+TEST(Messages, SurvivesHostileJson) {
+  // Deep nesting, invalid UTF-8, truncated documents, numbers out of range.
+  std::string deep = "{\"robotId\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_EQ(parse_presence(deep).error().field, "robotId");
+  EXPECT_FALSE(parse_presence("{\"robotId\":\"r\xff\",\"online\":true,\"timestamp\":\"2026-01-01T00:00:00Z\"}"));
+  EXPECT_FALSE(parse_presence("{\"robotId\":"));
+  EXPECT_FALSE(parse_presence(""));
+  EXPECT_FALSE(parse_presence("null"));
+  EXPECT_EQ(parse_task_status(json{{"taskUid", kUid}, {"robotId", "r"}, {"state", "running"}, {"seq", 1e300}}.dump())
+                .error()
+                .field,
+            "seq");
+  EXPECT_EQ(
+      parse_task_status(R"({"taskUid":"a","robotId":"r","state":"running","seq":18446744073709551615})").error().field,
+      "seq");
+}
+
+TEST(Messages, ErrorsSayWhatIsWrong) {
+  auto parsed = parse_heartbeat(R"({"robotId": 7})");
+  ASSERT_FALSE(parsed);
+  EXPECT_EQ(parsed.error().to_string(), "robotId: must be a string, got a number");
+
+  parsed = parse_heartbeat(R"({"token": "t"})");
+  EXPECT_EQ(parsed.error().to_string(), "robotId: is required");
+
+  auto dispatch = parse_dispatch(R"({"action":"create","task":{"apiVersion":"v","kind":"Task",
+      "metadata":{"name":"n","uid":"u1"},"spec":{"driver":"exec","config":{"execConfig":{"command":"x"}},
+      "timeout":"5 minutes"}}})");
+  ASSERT_FALSE(dispatch);
+  EXPECT_EQ(dispatch.error().field, "task.spec.timeout");
+  EXPECT_NE(dispatch.error().message.find("invalid Go duration '5 minutes'"), std::string::npos);
+}
+
+TEST(Messages, LogsTailLimitCountsCharactersNotBytes) {
+  // 4096 three-byte characters: 12 KiB of UTF-8, but within the limit, as
+  // JSON Schema's maxLength counts it.
+  std::string logs;
+  for (int i = 0; i < 4096; ++i) logs += "\xE2\x80\xA6";  // …
+  EXPECT_TRUE(parse_task_status(status_with_logs(logs)));
+  EXPECT_EQ(parse_task_status(status_with_logs(logs + "x")).error().field, "logsTail");
+}
+
+TEST(Messages, ReadsGoK8s4rTaskStatus) {
+  auto exited_ok = parse_task_status(
+      R"({"taskUid":"abc","robotName":"robot-2","state":"exited","exitCode":0,"updatedAt":"2026-01-01T08:00:00+08:00"})");
+  ASSERT_TRUE(exited_ok);
+  EXPECT_EQ(exited_ok.value().robot_id, "robot-2");
+  EXPECT_EQ(exited_ok.value().state, TaskRunState::completed);
+  EXPECT_FALSE(exited_ok.value().seq);
+  EXPECT_EQ(format_rfc3339(*exited_ok.value().updated_at), "2026-01-01T00:00:00Z");
+
+  auto exited_bad = parse_task_status(R"({"taskUid":"abc","robotName":"robot-2","state":"exited","exitCode":3})");
+  ASSERT_TRUE(exited_bad);
+  EXPECT_EQ(exited_bad.value().state, TaskRunState::failed);
+  // Re-encoded in our form.
+  const auto encoded = json::parse(encode(exited_bad.value()));
+  EXPECT_EQ(encoded["robotId"], "robot-2");
+  EXPECT_EQ(encoded["state"], "failed");
+  EXPECT_FALSE(encoded.contains("robotName"));
+}
+
+TEST(Messages, NullReadsAsAbsentForOptionalFields) {
+  auto heartbeat = parse_heartbeat(R"({"robotId":"r1","token":null,"runningTasks":null,"deviceInfo":null})");
+  ASSERT_TRUE(heartbeat);
+  EXPECT_TRUE(heartbeat.value().running_tasks.empty());
+  EXPECT_EQ(parse_heartbeat(R"({"robotId":null})").error().to_string(), "robotId: is required and must not be null");
+}
+
+TEST(Messages, EncodesTaskStatusAsDocumented) {
+  TaskStatus status;
+  status.task_uid = kUid;
+  status.robot_id = "robot-001";
+  status.state = TaskRunState::failed;
+  status.exit_code = 143;
+  status.signal = 15;
+  status.reason = "Timeout";
+  status.started_at = Timestamp{} + 1'700'000'000s;
+  status.finished_at = *status.started_at + 30s + 2ms;
+  status.seq = 4;
+  status.logs_tail = "bad byte \xff here";  // task output is not always UTF-8
+  const auto encoded = json::parse(encode(status));
+  EXPECT_EQ(encoded["state"], "failed");
+  EXPECT_EQ(encoded["exitCode"], 143);
+  EXPECT_EQ(encoded["signal"], 15);
+  EXPECT_EQ(encoded["startedAt"], "2023-11-14T22:13:20Z");
+  EXPECT_EQ(encoded["finishedAt"], "2023-11-14T22:13:50.002Z");
+  EXPECT_EQ(encoded["restartCount"], 0);
+  EXPECT_EQ(encoded["logsTail"], "bad byte \xEF\xBF\xBD here");
+  EXPECT_FALSE(encoded.contains("message"));  // unset optional fields are left out
+  EXPECT_TRUE(parse_task_status(encode(status)));
+}
+
+TEST(Messages, DispatchRelaysWhatItDoesNotModel) {
+  const std::string payload = R"({"action":"create","task":{"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task",
+      "metadata":{"name":"t","namespace":"default","uid":"u1","generation":2},
+      "spec":{"driver":"exec","config":{"execConfig":{"command":"/bin/true"},"dockerConfig":{"image":"x"}},
+              "resources":{"cpu":"500m"},"timeout":"90s","futureField":{"a":1}}}})";
+  auto dispatch = parse_dispatch(payload);
+  ASSERT_TRUE(dispatch);
+  const TaskSpec& spec = *dispatch.value().task.spec;
+  EXPECT_EQ(spec.timeout, 90s);
+  EXPECT_EQ(spec.exec_config->command, "/bin/true");
+
+  Dispatch changed = dispatch.value();
+  changed.task.spec->timeout = 2min;
+  changed.task.spec->exec_config->args = {"-v"};
+  const auto encoded = json::parse(encode(changed));
+  EXPECT_EQ(encoded["task"]["spec"]["timeout"], "2m0s");  // typed fields win
+  EXPECT_EQ(encoded["task"]["spec"]["config"]["execConfig"]["args"], json::array({"-v"}));
+  EXPECT_EQ(encoded["task"]["spec"]["resources"]["cpu"], "500m");  // the rest passes through
+  EXPECT_EQ(encoded["task"]["spec"]["config"]["dockerConfig"]["image"], "x");
+  EXPECT_EQ(encoded["task"]["spec"]["futureField"]["a"], 1);
+  EXPECT_EQ(encoded["task"]["metadata"]["generation"], 2);
+}
+
+TEST(Messages, DeleteNeedsOnlyTheUid) {
+  auto dispatch = parse_dispatch(R"({"action":"delete","task":{"metadata":{"uid":"u1"}}})");
+  ASSERT_TRUE(dispatch);
+  EXPECT_EQ(dispatch.value().action, DispatchAction::remove);
+  EXPECT_FALSE(dispatch.value().task.spec);
+  EXPECT_EQ(json::parse(encode(dispatch.value())),
+            json::parse(R"({"action":"delete","task":{"metadata":{"uid":"u1"}}})"));
+}
+
+TEST(Messages, HeartbeatAlwaysListsRunningTasks) {
+  Heartbeat heartbeat;
+  heartbeat.robot_id = "robot-1";
+  heartbeat.timestamp = Timestamp{} + 1s;
+  EXPECT_EQ(encode(heartbeat), R"({"robotId":"robot-1","runningTasks":[],"timestamp":"1970-01-01T00:00:01Z"})");
+}
+
+TEST(Messages, PresenceAndResponseEncodeCompactly) {
+  EXPECT_EQ(encode(Presence{"robot-1", false, Timestamp{} + 1500ms}),
+            R"({"online":false,"robotId":"robot-1","timestamp":"1970-01-01T00:00:01.5Z"})");
+  EXPECT_EQ(encode(RegisterResponse{true, "robot-1", "registered", RobotPhase::online}),
+            R"({"message":"registered","phase":"Online","robotId":"robot-1","success":true})");
+}
+
+}  // namespace
+}  // namespace k8s4r
