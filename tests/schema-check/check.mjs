@@ -2,6 +2,7 @@
 //  1. every MQTT message example: valid-*.json must pass its schema, invalid-*.json
 //     must fail it, and examples/invalid-fields.json must name the field of each
 //     invalid example (the C++ codec test checks its errors against the same list);
+//     the same holds for every example payload in docs/protocol.md;
 //  2. with --encoded DIR: every payload the C++ codecs wrote there must pass;
 //  3. every CRD in proto-schemas/crds/ is well formed and structural, as
 //     kube-apiserver requires, and every manifest in examples/ validates against it.
@@ -73,6 +74,37 @@ for (const message of fs.readdirSync(examplesDir).filter((d) => fs.statSync(path
 for (const name of Object.keys(invalidFields)) {
   check(seenInvalid.has(name), `invalid-fields.json lists ${name}, which does not exist`);
 }
+
+// ---- 1b. The examples in docs/protocol.md ----------------------------------------
+// Lines of ```text blocks that start with a topic, as mosquitto_sub -v prints them.
+const topicSchemas = [
+  [/^k8s4r\/register$/, "register"],
+  [/^k8s4r\/heartbeat$/, "heartbeat"],
+  [/^k8s4r\/robots\/([^/]+)\/response$/, "register-response"],
+  [/^k8s4r\/robots\/([^/]+)\/tasks\/dispatch$/, "dispatch"],
+  [/^k8s4r\/robots\/([^/]+)\/tasks\/([^/]+)\/status$/, "task-status"],
+  [/^k8s4r\/robots\/([^/]+)\/presence$/, "presence"],
+];
+const protocolDoc = fs.readFileSync(path.join(root, "docs", "protocol.md"), "utf8");
+const documented = new Set();
+for (const block of protocolDoc.matchAll(/```text\n([\s\S]*?)```/g)) {
+  for (const line of block[1].split("\n").filter((l) => l.startsWith("k8s4r/"))) {
+    const space = line.indexOf(" ");
+    const topic = line.slice(0, space);
+    const match = topicSchemas.find(([pattern]) => pattern.test(topic));
+    check(match !== undefined, `docs/protocol.md: unknown topic ${topic}`);
+    if (!match) continue;
+    const [pattern, message] = match;
+    documented.add(message);
+    const payload = JSON.parse(line.slice(space + 1));
+    const validate = schemaFor(message);
+    check(validate(payload), `docs/protocol.md: ${topic} example fails ${message}: ${explain(validate)}`);
+    const [, robotId, taskUid] = topic.match(pattern);
+    if (robotId) check(payload.robotId === undefined || payload.robotId === robotId, `docs/protocol.md: ${topic}: robotId differs from the topic`);
+    if (taskUid) check(payload.taskUid === taskUid, `docs/protocol.md: ${topic}: taskUid differs from the topic`);
+  }
+}
+for (const [, message] of topicSchemas) check(documented.has(message), `docs/protocol.md has no example of ${message}`);
 
 // ---- 2. What the C++ codecs write ------------------------------------------------
 if (encodedDir) {
