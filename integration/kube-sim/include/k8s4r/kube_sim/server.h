@@ -1,0 +1,62 @@
+// The HTTP(S) front of k8s4r-kube-sim: routes Kubernetes REST paths to the
+// Store, streams watches as chunked newline-delimited JSON, answers discovery
+// and OpenAPI, renders Tables, checks the bearer token, and injects faults
+// for tests (latency, 500/429 answers, pausing, closing watches, compaction)
+// through flags or the admin endpoints under /_sim/.
+//
+// Threading: cpp-httplib serves each connection on a worker of its thread
+// pool; a watch holds its worker while it streams. Fault settings are guarded
+// by their own mutex. start() returns once the socket listens; stop() ends
+// every stream and joins.
+#pragma once
+
+#include "k8s4r/kube_sim/store.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace k8s4r::kube_sim {
+
+struct Faults {
+  std::chrono::milliseconds latency{0};
+  double error_rate = 0;        // share of API requests answered with error_code
+  int error_code = 500;         // 500 or 429
+  int retry_after_seconds = 1;  // sent with 429
+  bool paused = false;          // requests wait until unpaused
+};
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;       // 0: pick a free port
+  std::string token;  // when set, API requests need "Authorization: Bearer <token>"
+  std::string tls_cert_file, tls_key_file;
+  std::chrono::milliseconds bookmark_interval{10'000};
+  std::chrono::seconds default_watch_timeout{1800};
+  int threads = 512;  // at least the number of concurrent watches plus clients
+  bool log_requests = false;
+  Faults faults;
+};
+
+class Server {
+ public:
+  Server(Store& store, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and starts serving in the background; false (with a log line) when
+  // the address cannot be bound or the certificate cannot be loaded.
+  bool start();
+  // Ends every watch stream, stops listening and joins.
+  void stop();
+  int port() const;
+  // http(s)://host:port
+  std::string url() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace k8s4r::kube_sim

@@ -1,0 +1,190 @@
+// The in-memory object store behind k8s4r-kube-sim, with the semantics of
+// kube-apiserver over etcd: one global resourceVersion counter, create / get /
+// list / replace / patch / delete with their preconditions, finalizers,
+// owner-reference garbage collection, the status subresource, schema
+// validation from CRDs, and watches served from a sliding window of recent
+// events per resource (kube-apiserver's watch cache), with 410 Expired for a
+// resourceVersion that has left the window.
+//
+// Threading: every public method may be called from any thread; one mutex
+// guards the store. Watch events are pushed into each Watcher's own queue
+// while that mutex is held, so a watcher sees events in resourceVersion order.
+// Ownership: the store owns its objects; watchers are shared with the HTTP
+// handler streaming them.
+#pragma once
+
+#include "k8s4r/common/rfc3339.h"
+#include "k8s4r/kube_sim/api_status.h"
+#include "k8s4r/kube_sim/resource_type.h"
+#include "k8s4r/kube_sim/selectors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace k8s4r::kube_sim {
+
+using Clock = std::function<Timestamp()>;
+
+struct StoreOptions {
+  std::size_t history_per_resource = 100;   // watch window: events kept per resource
+  std::size_t watcher_queue_limit = 10000;  // a watcher further behind than this is closed
+};
+
+// Where a request points: a served type at one version, and a namespace
+// ("" for all namespaces, or for cluster-scoped types).
+struct Target {
+  ResourceType type;
+  std::string namespace_;
+};
+
+struct ListOptions {
+  std::string label_selector, field_selector;
+  std::string resource_version, resource_version_match;
+  std::int64_t limit = 0;
+  std::string continue_token;
+};
+
+struct WriteOptions {
+  bool dry_run = false;
+  std::string field_validation;  // Strict, Warn (default), Ignore
+  bool from_patch = false;       // set by Store::patch: errors are reported as a patch's
+};
+
+enum class PatchType { merge, json, strategic, apply };
+
+struct WatchEvent {
+  std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+  std::shared_ptr<const nlohmann::json> object;
+};
+
+class Watcher {
+ public:
+  // The next event; nullopt when `deadline` passed with none, or when closed
+  // and drained (then closed() is true).
+  std::optional<WatchEvent> next(std::chrono::steady_clock::time_point deadline);
+  void close();
+  bool closed() const;
+
+ private:
+  friend class Store;
+  bool push(WatchEvent event, std::size_t limit);  // false (and closes) when over the limit
+
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<WatchEvent> queue_;
+  bool closed_ = false;
+  // Filters, fixed at creation.
+  std::string api_version_;
+  std::string namespace_;
+  LabelSelector labels_;
+  FieldSelector fields_;
+};
+
+struct WatchOptions {
+  std::string label_selector, field_selector, resource_version;
+  bool send_initial_events = false;
+  bool allow_bookmarks = false;
+};
+
+class Store {
+ public:
+  Store(StoreOptions options, Clock clock);
+
+  // Served types now: built-ins and those of established CRDs.
+  std::vector<ResourceType> served_types() const;
+  std::optional<ResourceType> find_type(const std::string& group, const std::string& version,
+                                        const std::string& plural) const;
+  bool namespace_exists(const std::string& name) const;
+
+  ApiResponse create(const Target& target, nlohmann::json body, const WriteOptions& options);
+  ApiResponse get(const Target& target, const std::string& name) const;
+  ApiResponse list(const Target& target, const ListOptions& options) const;
+  ApiResponse replace(const Target& target, const std::string& name, nlohmann::json body, bool status_subresource,
+                      const WriteOptions& options);
+  ApiResponse patch(const Target& target, const std::string& name, PatchType type, const std::string& patch,
+                    bool status_subresource, const WriteOptions& options);
+  ApiResponse remove(const Target& target, const std::string& name, const nlohmann::json& delete_options);
+  ApiResponse remove_collection(const Target& target, const ListOptions& list_options,
+                                const nlohmann::json& delete_options);
+
+  // A watcher with its first events queued, or the error (400 for a bad
+  // selector). A resourceVersion older than the window gives a watcher whose
+  // only event is an ERROR carrying 410 Expired, as kube-apiserver does.
+  std::shared_ptr<Watcher> watch(const Target& target, const WatchOptions& options, ApiResponse& error);
+  void unwatch(const std::shared_ptr<Watcher>& watcher);
+  // A BOOKMARK for `watcher` at the current resourceVersion, when everything
+  // up to it has been queued to the watcher and taken.
+  std::optional<WatchEvent> bookmark(const std::shared_ptr<Watcher>& watcher) const;
+
+  std::uint64_t resource_version() const;
+
+  // Fault injection and inspection.
+  void close_all_watches();
+  void compact();  // forget all history: every older resourceVersion now gets 410
+  nlohmann::json stats() const;
+
+ private:
+  struct HistoryEvent {
+    std::uint64_t resource_version;
+    std::string type;
+    std::shared_ptr<const nlohmann::json> object;    // after (for DELETED: the object as deleted)
+    std::shared_ptr<const nlohmann::json> previous;  // before; null for ADDED
+  };
+  // One per stored resource (group + plural), shared by its served versions.
+  struct Resource {
+    std::map<std::string, ResourceType> versions;  // version -> served type
+    std::string storage_version;
+    std::map<std::string, std::shared_ptr<const nlohmann::json>> objects;  // "namespace/name" -> object
+    std::deque<HistoryEvent> history;
+    std::uint64_t window_start = 0;  // history holds every event after this resourceVersion
+    std::vector<std::shared_ptr<Watcher>> watchers;
+  };
+  using Objects = std::map<std::string, std::shared_ptr<const nlohmann::json>>;
+
+  Resource* resource_of(const ResourceType& type);
+  const Resource* resource_of(const ResourceType& type) const;
+  static std::string resource_key(const ResourceType& type) { return type.group + "/" + type.plural; }
+  static std::string object_key(const std::string& namespace_, const std::string& name) {
+    return namespace_ + "/" + name;
+  }
+  StatusSubject subject(const ResourceType& type, const std::string& name) const;
+
+  // Records a change: assigns the next resourceVersion, updates the objects,
+  // the history window and the watchers. `object` null means deleted.
+  std::shared_ptr<const nlohmann::json> commit(Resource& resource, const std::string& key,
+                                               std::shared_ptr<nlohmann::json> object, const std::string& event_type);
+  void notify(Resource& resource, const HistoryEvent& event);
+  // The objects as they were at `resource_version`, from the history window.
+  std::optional<Objects> snapshot_at(const Resource& resource, std::uint64_t resource_version) const;
+
+  ApiResponse admit(const Target& target, nlohmann::json& object, const nlohmann::json* existing,
+                    const WriteOptions& options, std::vector<std::string>& warnings);
+  ApiResponse update_locked(const Target& target, const std::string& name, nlohmann::json body, bool status_subresource,
+                            const WriteOptions& options, bool from_patch);
+  ApiResponse delete_locked(Resource& resource, const ResourceType& type, const std::string& namespace_,
+                            const std::string& name, const nlohmann::json& delete_options);
+  void finish_deletion(Resource& resource, const std::string& key);
+  void collect_garbage(const std::string& owner_uid);
+  void register_crd(const nlohmann::json& crd);
+  void unregister_crd(const nlohmann::json& crd);
+  nlohmann::json for_version(const nlohmann::json& object, const ResourceType& type) const;
+
+  StoreOptions options_;
+  Clock clock_;
+  mutable std::mutex mutex_;
+  std::uint64_t resource_version_ = 1;
+  std::map<std::string, Resource> resources_;  // resource_key -> resource
+};
+
+}  // namespace k8s4r::kube_sim
