@@ -7,7 +7,9 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -98,6 +100,19 @@ int main(int argc, char** argv) {
   spdlog::info("k8s4r-kube-sim serving {}", server.url());
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   spdlog::info("stopping");
-  server.stop();
+  // Watches end at once; idle keep-alive connections would hold their
+  // workers for up to the keep-alive timeout. An in-memory server has nothing
+  // to save, so it does not wait longer than a moment for them.
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    server.stop();
+    stopped = true;
+  });
+  for (int i = 0; i < 20 && !stopped; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (!stopped) {
+    spdlog::info("exiting without waiting for idle connections");
+    std::_Exit(0);
+  }
+  stopper.join();
   return 0;
 }

@@ -3,6 +3,8 @@
 #include "k8s4r/kube_sim/discovery.h"
 #include "k8s4r/kube_sim/table.h"
 
+#include "protobuf.h"
+
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
@@ -302,7 +304,10 @@ struct Server::Impl {
       return respond(response, store.patch(target, name, patch_type, request.body, status, write));
     }
     if (method == "DELETE") {
-      json options_body = request.body.empty() ? json::object() : json::parse(request.body, nullptr, false);
+      const bool json_body =
+          request.get_header_value("Content-Type").rfind("application/vnd.kubernetes.protobuf", 0) != 0;
+      json options_body =
+          request.body.empty() || !json_body ? json::object() : json::parse(request.body, nullptr, false);
       if (options_body.is_discarded() || !options_body.is_object())
         return respond(response, bad_request("the body of a delete must be DeleteOptions"));
       if (!param(request, "propagationPolicy").empty())
@@ -335,6 +340,13 @@ struct Server::Impl {
 
   std::optional<json> parse_body(const httplib::Request& request, httplib::Response& response) {
     const std::string content_type = request.get_header_value("Content-Type");
+    if (content_type.rfind("application/vnd.kubernetes.protobuf", 0) == 0) {
+      // kubectl's typed generators (create namespace) send protobuf.
+      if (auto decoded = decode_protobuf_namespace(request.body)) return decoded;
+      respond(response,
+              unsupported_media_type("k8s4r-kube-sim reads protobuf only for Namespace; send application/json"));
+      return std::nullopt;
+    }
     if (!content_type.empty() && content_type.rfind("application/json", 0) != 0 && content_type.rfind("*/*", 0) != 0) {
       respond(response,
               unsupported_media_type(
@@ -389,8 +401,10 @@ struct Server::Impl {
     const auto bookmark_interval = options.bookmark_interval;
 
     response.status = 200;
+    // The ";stream=watch" parameter also keeps cpp-httplib from gzipping the
+    // stream, which would hold events back in the compressor's buffer.
     response.set_chunked_content_provider(
-        "application/json",
+        "application/json;stream=watch",
         [this, watcher, deadline, table, include, bookmarks, type, first_table, next_bookmark, next_keepalive,
          bookmark_interval](std::size_t, httplib::DataSink& sink) {
           const auto encode = [&](const WatchEvent& event) {
@@ -467,7 +481,7 @@ bool Server::start() {
   const int threads = impl.options.threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
   http.set_keep_alive_max_count(100000);
-  http.set_keep_alive_timeout(30);
+  http.set_keep_alive_timeout(5);
   http.set_read_timeout(30, 0);
   http.set_write_timeout(30, 0);
   http.set_tcp_nodelay(true);

@@ -953,6 +953,7 @@ std::shared_ptr<Watcher> Store::watch(const Target& target, const WatchOptions& 
 
   auto watcher = std::make_shared<Watcher>();
   watcher->api_version_ = type.api_version();
+  watcher->kind_ = type.kind;
   watcher->namespace_ = type.namespaced ? target.namespace_ : "";
   watcher->labels_ = labels.value();
   watcher->fields_ = fields.value();
@@ -1028,16 +1029,8 @@ std::optional<WatchEvent> Store::bookmark(const std::shared_ptr<Watcher>& watche
   std::lock_guard lock(mutex_);
   std::lock_guard watcher_lock(watcher->mutex_);
   if (!watcher->queue_.empty() || watcher->closed_) return std::nullopt;
-  const std::string kind = [&] {
-    for (const auto& [key, resource] : resources_) {
-      for (const auto& [version, type] : resource.versions) {
-        if (type.api_version() == watcher->api_version_) return type.kind;
-      }
-    }
-    return std::string();
-  }();
   return WatchEvent{
-      "BOOKMARK", std::make_shared<json>(json{{"kind", kind},
+      "BOOKMARK", std::make_shared<json>(json{{"kind", watcher->kind_},
                                               {"apiVersion", watcher->api_version_},
                                               {"metadata", {{"resourceVersion", std::to_string(resource_version_)}}}})};
 }

@@ -86,6 +86,7 @@ class Watcher {
   bool closed_ = false;
   // Filters, fixed at creation.
   std::string api_version_;
+  std::string kind_;  // for BOOKMARK objects
   std::string namespace_;
   LabelSelector labels_;
   FieldSelector fields_;

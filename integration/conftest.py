@@ -1,0 +1,139 @@
+"""Fixtures shared by the black-box tests: the real binaries from build/bin
+(or $K8S4R_BIN_DIR), started on free loopback ports and always stopped."""
+import json
+import os
+import pathlib
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+BIN_DIR = pathlib.Path(os.environ.get("K8S4R_BIN_DIR", REPO / "build" / "bin"))
+CRDS = REPO / "proto-schemas" / "crds"
+EXAMPLES = REPO / "examples"
+
+
+def binary(name):
+    path = BIN_DIR / name
+    if not path.exists():
+        pytest.fail(f"{path} is not built; run ./scripts/test.sh or cmake --build build")
+    return str(path)
+
+
+class KubeSim:
+    """A running k8s4r-kube-sim with a kubeconfig, and ways to talk to it:
+    kubectl, raw HTTP, and the admin endpoints."""
+
+    def __init__(self, workdir, *args, token=None, tls=None):
+        self.workdir = pathlib.Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.kubeconfig = self.workdir / "kubeconfig"
+        self.token = token
+        self.ca_file = None
+        command = [binary("k8s4r-kube-sim"), "--listen", "127.0.0.1:0", "--write-kubeconfig", str(self.kubeconfig)]
+        if token:
+            command += ["--token", token]
+        if tls:
+            command += ["--tls-cert", tls["cert"], "--tls-key", tls["key"], "--tls-ca", tls["ca"]]
+            self.ca_file = tls["ca"]
+        command += list(args)
+        self.log = open(self.workdir / "kube-sim.log", "w")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while not self.kubeconfig.exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail("k8s4r-kube-sim did not start: " + (self.workdir / "kube-sim.log").read_text())
+            time.sleep(0.02)
+        self.url = next(line.split("server:")[1].strip() for line in self.kubeconfig.read_text().splitlines()
+                        if "server:" in line)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+    # ---- kubectl ----------------------------------------------------------------
+    def kubectl(self, *args, input=None, check=True, timeout=60):
+        command = ["kubectl", "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.workdir / "kube-cache"), *args]
+        result = subprocess.run(command, input=input, capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} failed ({result.returncode}): {result.stderr}{result.stdout}")
+        return result
+
+    def kubectl_popen(self, *args):
+        command = ["kubectl", "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.workdir / "kube-cache"), *args]
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def apply_crds(self):
+        self.kubectl("apply", "-f", str(CRDS))
+
+    # ---- raw HTTP ---------------------------------------------------------------
+    def ssl_context(self):
+        if not self.url.startswith("https"):
+            return None
+        return ssl.create_default_context(cafile=self.ca_file)
+
+    def request(self, method, path, body=None, content_type="application/json", headers=None, token=True):
+        data = body if isinstance(body, (bytes, type(None))) else (
+            body.encode() if isinstance(body, str) else json.dumps(body).encode())
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            request.add_header("Content-Type", content_type)
+        if token and self.token:
+            request.add_header("Authorization", "Bearer " + self.token)
+        for key, value in (headers or {}).items():
+            request.add_header(key, value)
+        try:
+            with urllib.request.urlopen(request, context=self.ssl_context(), timeout=30) as response:
+                return response.status, response.headers, json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as error:
+            payload = error.read()
+            return error.code, error.headers, json.loads(payload) if payload.startswith(b"{") else payload
+
+    def admin(self, path, body=None):
+        status, _, payload = self.request("POST", "/_sim/" + path, body or {})
+        assert status == 200, payload
+        return payload
+
+
+@pytest.fixture
+def kube_sim(tmp_path):
+    """Starts k8s4r-kube-sim (call it with extra flags); stops every one started."""
+    started = []
+
+    def start(*args, **kwargs):
+        sim = KubeSim(tmp_path / f"sim{len(started)}", *args, **kwargs)
+        started.append(sim)
+        return sim
+
+    yield start
+    for sim in started:
+        sim.stop()
+
+
+@pytest.fixture
+def tls_files(tmp_path):
+    """A CA and a server certificate for 127.0.0.1 and localhost, made with openssl."""
+    directory = tmp_path / "tls"
+    directory.mkdir()
+
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "1",
+        "-subj", "/CN=k8s4r-test-ca")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+        "server.crt", "-days", "1", "-extfile", "san.ext")
+    return {"ca": str(directory / "ca.crt"), "cert": str(directory / "server.crt"), "key": str(directory / "server.key")}
