@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import shutil
 import ssl
 import subprocess
 import time
@@ -22,6 +23,12 @@ def binary(name):
     if not path.exists():
         pytest.fail(f"{path} is not built; run ./scripts/test.sh or cmake --build build")
     return str(path)
+
+
+def require_kubectl():
+    # kubectl comes with the machine image; Debian 12 does not package it.
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
 
 
 class KubeSim:
@@ -64,6 +71,7 @@ class KubeSim:
 
     # ---- kubectl ----------------------------------------------------------------
     def kubectl(self, *args, input=None, check=True, timeout=60):
+        require_kubectl()
         command = ["kubectl", "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.workdir / "kube-cache"), *args]
         result = subprocess.run(command, input=input, capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:
@@ -71,6 +79,7 @@ class KubeSim:
         return result
 
     def kubectl_popen(self, *args):
+        require_kubectl()
         command = ["kubectl", "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.workdir / "kube-cache"), *args]
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -29,6 +29,8 @@ fi
 
 # The black-box tests import pytest, paho-mqtt and kubernetes from Debian's
 # python3, which is /usr/bin/python3 even when another python3 is first on PATH.
+command -v kubectl >/dev/null ||
+  log "WARNING: kubectl is not installed (it is not a Debian 12 package); the tests that drive kubectl will be skipped"
 if find integration -name 'test_*.py' | grep -q .; then
   log "black-box tests (pytest, integration/)"
   K8S4R_BIN_DIR="$REPO_ROOT/build/bin" /usr/bin/python3 -m pytest -q integration/

@@ -192,8 +192,7 @@ std::optional<json> openapi_v3_document(const std::vector<ResourceType>& types, 
                                           {"put", operation(type, "put", "replace" + id_suffix + "Status", true)},
                                           {"patch", operation(type, "patch", "patch" + id_suffix + "Status", true)}};
     }
-    json schema = type.schema.is_object() ? type.schema
-                                          : json{{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}};
+    json schema = type.schema ? *type.schema : json{{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}};
     if (schema.contains("properties")) {
       schema["properties"]["metadata"] = {
           {"description", "Standard object's metadata."},

@@ -177,7 +177,7 @@ std::vector<ResourceType> types_from_crd(const json& crd, std::vector<CrdProblem
     type.short_names = strings(names.value("shortNames", json::array()));
     type.categories = strings(names.value("categories", json::array()));
     type.status_subresource = version.contains("subresources") && version["subresources"].contains("status");
-    type.schema = schema;
+    type.schema = std::make_shared<const json>(schema);
     for (const json& column : version.value("additionalPrinterColumns", json::array())) {
       type.columns.push_back({column.value("name", ""), column.value("type", "string"), column.value("format", ""),
                               column.value("description", ""), column.value("jsonPath", ""),

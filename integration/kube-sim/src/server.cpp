@@ -189,15 +189,15 @@ struct Server::Impl {
 
   void route(const std::string& method, const httplib::Request& request, httplib::Response& response) {
     std::vector<std::string> segments = split_path(request.path);
-    const std::vector<ResourceType> types = store.served_types();
+    const auto types = [this] { return store.served_types(); };
     if (segments.empty())
       return respond(response, {200, json{{"paths", {"/api", "/api/v1", "/apis", "/openapi/v3", "/version"}}}, {}});
     if (segments[0] == "openapi") {
-      if (segments.size() == 2 && segments[1] == "v3") return respond(response, {200, openapi_v3_root(types), {}});
+      if (segments.size() == 2 && segments[1] == "v3") return respond(response, {200, openapi_v3_root(types()), {}});
       if (segments.size() >= 3 && segments[1] == "v3") {
         std::string rest;
         for (std::size_t i = 2; i < segments.size(); ++i) rest += (rest.empty() ? "" : "/") + segments[i];
-        auto document = openapi_v3_document(types, rest);
+        auto document = openapi_v3_document(types(), rest);
         if (document) return respond(response, {200, *document, {}});
       }
       return respond(response, not_found_path(request.path));
@@ -210,10 +210,10 @@ struct Server::Impl {
       version = segments[1];
       next = 2;
     } else if (segments[0] == "apis") {
-      if (segments.size() == 1) return respond(response, {200, api_group_list(types), {}});
+      if (segments.size() == 1) return respond(response, {200, api_group_list(types()), {}});
       group = segments[1];
       if (segments.size() == 2) {
-        auto found = api_group(types, group);
+        auto found = api_group(types(), group);
         return respond(response, found ? ApiResponse{200, *found, {}} : not_found_path(request.path));
       }
       version = segments[2];
@@ -222,7 +222,7 @@ struct Server::Impl {
       return respond(response, not_found_path(request.path));
     }
     if (segments.size() == next) {
-      auto found = api_resource_list(types, group, version);
+      auto found = api_resource_list(types(), group, version);
       return respond(response, found ? ApiResponse{200, *found, {}} : not_found_path(request.path));
     }
     std::vector<std::string> rest(segments.begin() + static_cast<long>(next), segments.end());
@@ -408,13 +408,13 @@ struct Server::Impl {
         [this, watcher, deadline, table, include, bookmarks, type, first_table, next_bookmark, next_keepalive,
          bookmark_interval](std::size_t, httplib::DataSink& sink) {
           const auto encode = [&](const WatchEvent& event) {
-            json object = *event.object;
             if (table && (event.type == "ADDED" || event.type == "MODIFIED" || event.type == "DELETED")) {
-              object = to_table(type, {object}, object["metadata"].value("resourceVersion", ""), "", now(), include,
-                                *first_table);
+              const json object = to_table(type, {*event.object}, (*event.object)["metadata"].value("resourceVersion", ""),
+                                           "", now(), include, *first_table);
               *first_table = false;
+              return encode_watch_line(event.type, object);
             }
-            return dump(json{{"type", event.type}, {"object", std::move(object)}}) + "\n";
+            return event.line ? *event.line : encode_watch_line(event.type, *event.object);
           };
           while (!stopping) {
             const auto now_steady = Steady::now();

@@ -245,8 +245,17 @@ std::shared_ptr<const json> Store::commit(Resource& resource, const std::string&
   return event.object;
 }
 
+std::string encode_watch_line(const std::string& type, const json& object) {
+  std::string line = R"({"type":")" + type + R"(","object":)";
+  line += object.dump(-1, ' ', false, json::error_handler_t::replace);
+  line += "}\n";
+  return line;
+}
+
 void Store::notify(Resource& resource, const HistoryEvent& event) {
   auto& watchers = resource.watchers;
+  // Most watchers receive the same bytes: encode each (type, object) once.
+  std::map<std::pair<std::string, const json*>, std::shared_ptr<const std::string>> lines;
   for (auto it = watchers.begin(); it != watchers.end();) {
     Watcher& watcher = **it;
     const bool now = watcher_matches(watcher, event.type == "DELETED" ? nullptr : event.object.get(),
@@ -269,6 +278,10 @@ void Store::notify(Resource& resource, const HistoryEvent& event) {
         auto copy = std::make_shared<json>(*visible->object);
         (*copy)["apiVersion"] = watcher.api_version_;
         visible->object = copy;
+      } else {
+        auto& line = lines[{visible->type, visible->object.get()}];
+        if (!line) line = std::make_shared<const std::string>(encode_watch_line(visible->type, *visible->object));
+        visible->line = line;
       }
       if (!watcher.push(std::move(*visible), options_.watcher_queue_limit)) {
         it = watchers.erase(it);
@@ -301,10 +314,10 @@ ApiResponse Store::admit(const Target& target, json& object, const json* existin
   const ResourceType& type = target.type;
   json& metadata = object["metadata"];
   const std::string name = string_at(metadata, "name");
-  if (!type.schema.is_null()) {
+  if (type.schema) {
     std::vector<std::string> pruned;
     const json as_sent = options.field_validation == "Strict" ? object : json();
-    normalize(type.schema, object, "", pruned, true);
+    normalize(*type.schema, object, "", pruned, true);
     if (!pruned.empty()) {
       if (options.field_validation == "Strict") {
         std::string message = "strict decoding error: ";
@@ -326,7 +339,7 @@ ApiResponse Store::admit(const Target& target, json& object, const json* existin
     std::vector<FieldCause> causes;
     json to_check = object;
     to_check.erase("metadata");  // metadata is checked by the server's own rules
-    validate(type.schema, to_check, "", causes);
+    validate(*type.schema, to_check, "", causes);
     if (!causes.empty()) return invalid(subject(type, name), type.qualified_kind(), causes);
   }
   (void)existing;

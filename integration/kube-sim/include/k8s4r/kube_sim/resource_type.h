@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,9 @@ struct ResourceType {
   bool namespaced = true;
   std::vector<std::string> short_names, categories;
   bool status_subresource = false;
-  // openAPIV3Schema of a CRD version; null for built-ins, which are not validated.
-  nlohmann::json schema;
+  // openAPIV3Schema of a CRD version; null for built-ins, which are not
+  // validated. Shared: types are copied per request, schemas are large.
+  std::shared_ptr<const nlohmann::json> schema;
   std::vector<PrinterColumn> columns;  // besides Name; Age is one of them when wanted
   // Field selector paths besides metadata.name and metadata.namespace.
   std::vector<std::string> selectable_fields;

@@ -66,7 +66,13 @@ enum class PatchType { merge, json, strategic, apply };
 struct WatchEvent {
   std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
   std::shared_ptr<const nlohmann::json> object;
+  // The JSON line `{"type":...,"object":...}\n`, encoded once and shared by
+  // every watcher that receives the same event; null when not encoded yet.
+  std::shared_ptr<const std::string> line = nullptr;
 };
+
+// `{"type":...,"object":...}` and a newline, as a watch stream carries it.
+std::string encode_watch_line(const std::string& type, const nlohmann::json& object);
 
 class Watcher {
  public:
