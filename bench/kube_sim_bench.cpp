@@ -8,8 +8,8 @@
 //
 // Usage: kube_sim_bench --sim build/bin/k8s4r-kube-sim --crds proto-schemas/crds
 //                       [--seconds 3] [--repeats 3] [--watchers 100] [--events 200]
-#include <CLI/CLI.hpp>
 #include <httplib.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -43,8 +43,11 @@ json task(const std::string& name) {
   return {{"apiVersion", "robot.k8s4r.io/v1alpha1"},
           {"kind", "Task"},
           {"metadata", {{"name", name}}},
-          {"spec", {{"name", name}, {"driver", "exec"}, {"targetRobot", "robot-001"},
-                    {"config", {{"execConfig", {{"command", "/bin/true"}}}}}}}};
+          {"spec",
+           {{"name", name},
+            {"driver", "exec"},
+            {"targetRobot", "robot-001"},
+            {"config", {{"execConfig", {{"command", "/bin/true"}}}}}}}};
 }
 
 std::atomic<long> g_failures{0};
@@ -84,7 +87,8 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "seconds per patch measurement")->capture_default_str();
   app.add_option("--repeats", repeats, "repeats of each measurement (median reported)")->capture_default_str();
   app.add_option("--watchers", watchers, "watchers for the fan-out measurement")->capture_default_str();
-  app.add_option("--events", events, "status patches the writer makes in the fan-out measurement")->capture_default_str();
+  app.add_option("--events", events, "status patches the writer makes in the fan-out measurement")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const auto work = std::filesystem::temp_directory_path() / ("kube-sim-bench-" + std::to_string(getpid()));
@@ -101,7 +105,8 @@ int main(int argc, char** argv) {
     waitpid(sim, nullptr, 0);
     std::filesystem::remove_all(work);
   };
-  for (int i = 0; i < 200 && !std::filesystem::exists(kubeconfig); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  for (int i = 0; i < 200 && !std::filesystem::exists(kubeconfig); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
   std::ifstream config_file(kubeconfig);
   std::stringstream config_text;
   config_text << config_file.rdbuf();
@@ -140,7 +145,8 @@ int main(int argc, char** argv) {
       std::vector<std::thread> threads;
       const auto start = Steady::now();
       for (int c = 0; c < connections; ++c) {
-        threads.emplace_back([&, c] { counts[static_cast<std::size_t>(c)] = patch_loop(port, "bench-" + std::to_string(c), stop); });
+        threads.emplace_back(
+            [&, c] { counts[static_cast<std::size_t>(c)] = patch_loop(port, "bench-" + std::to_string(c), stop); });
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
       stop = true;
@@ -156,7 +162,8 @@ int main(int argc, char** argv) {
     results["patches_per_second"][std::to_string(connections)] = median(rates);
   }
 
-  std::printf("watch fan-out: %d watchers, %d status patches by one writer (median of %d runs)\n", watchers, events, repeats);
+  std::printf("watch fan-out: %d watchers, %d status patches by one writer (median of %d runs)\n", watchers, events,
+              repeats);
   std::vector<double> delivered_rates, writer_rates;
   for (int run = 0; run < repeats; ++run) {
     const std::string start_version =
@@ -172,21 +179,22 @@ int main(int argc, char** argv) {
         long mine = 0;
         std::string partial;
         bool counted = false;
-        client.Get(kTasks + "?watch=1&timeoutSeconds=60&resourceVersion=" + start_version, httplib::Headers{},
-                   [&](const httplib::Response&) {
-                     connected++;
-                     counted = true;
-                     return true;
-                   },
-                   [&](const char* data, std::size_t length) {
-                     for (std::size_t i = 0; i < length; ++i) {
-                       if (data[i] == '\n') {
-                         ++mine;
-                         delivered++;
-                       }
-                     }
-                     return mine < events && !finished;
-                   });
+        client.Get(
+            kTasks + "?watch=1&timeoutSeconds=60&resourceVersion=" + start_version, httplib::Headers{},
+            [&](const httplib::Response&) {
+              connected++;
+              counted = true;
+              return true;
+            },
+            [&](const char* data, std::size_t length) {
+              for (std::size_t i = 0; i < length; ++i) {
+                if (data[i] == '\n') {
+                  ++mine;
+                  delivered++;
+                }
+              }
+              return mine < events && !finished;
+            });
         if (!counted) connected++;
       });
     }
@@ -196,7 +204,8 @@ int main(int argc, char** argv) {
     writer.set_tcp_nodelay(true);
     const auto start = Steady::now();
     for (int e = 0; e < events; ++e) {
-      writer.Patch(kTasks + "/bench-0/status", R"({"status":{"statusSeq":)" + std::to_string(e + 100000 * (run + 1)) + "}}",
+      writer.Patch(kTasks + "/bench-0/status",
+                   R"({"status":{"statusSeq":)" + std::to_string(e + 100000 * (run + 1)) + "}}",
                    "application/merge-patch+json");
     }
     const double writer_seconds = std::chrono::duration<double>(Steady::now() - start).count();
@@ -207,14 +216,17 @@ int main(int argc, char** argv) {
     const double elapsed = std::chrono::duration<double>(Steady::now() - start).count();
     finished = true;
     for (auto& thread : threads) thread.join();
-    if (delivered < expected) std::printf("  run %d: only %ld of %ld events arrived\n", run, delivered.load(), expected);
+    if (delivered < expected)
+      std::printf("  run %d: only %ld of %ld events arrived\n", run, delivered.load(), expected);
     delivered_rates.push_back(static_cast<double>(delivered.load()) / elapsed);
     writer_rates.push_back(events / writer_seconds);
   }
-  std::printf("  events delivered: %8.0f /s   writer: %.0f patches/s   (runs:", median(delivered_rates), median(writer_rates));
+  std::printf("  events delivered: %8.0f /s   writer: %.0f patches/s   (runs:", median(delivered_rates),
+              median(writer_rates));
   for (double rate : delivered_rates) std::printf(" %.0f", rate);
   std::printf(")\n");
-  results["watch_fanout"] = {{"watchers", watchers}, {"events_per_second", median(delivered_rates)},
+  results["watch_fanout"] = {{"watchers", watchers},
+                             {"events_per_second", median(delivered_rates)},
                              {"writer_patches_per_second", median(writer_rates)}};
   results["failed_requests"] = g_failures.load();
   std::printf("failed requests (retried): %ld\n%s\n", g_failures.load(), results.dump().c_str());

@@ -409,8 +409,9 @@ struct Server::Impl {
          bookmark_interval](std::size_t, httplib::DataSink& sink) {
           const auto encode = [&](const WatchEvent& event) {
             if (table && (event.type == "ADDED" || event.type == "MODIFIED" || event.type == "DELETED")) {
-              const json object = to_table(type, {*event.object}, (*event.object)["metadata"].value("resourceVersion", ""),
-                                           "", now(), include, *first_table);
+              const json object =
+                  to_table(type, {*event.object}, (*event.object)["metadata"].value("resourceVersion", ""), "", now(),
+                           include, *first_table);
               *first_table = false;
               return encode_watch_line(event.type, object);
             }
