@@ -1,6 +1,6 @@
 #include "k8s4r/kube_sim/kubeconfig.h"
 
-#include "base64.h"
+#include "k8s4r/common/base64.h"
 
 #include <yaml-cpp/yaml.h>
 

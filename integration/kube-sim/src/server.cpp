@@ -171,6 +171,7 @@ struct Server::Impl {
         if (body.contains("retryAfterSeconds")) faults.retry_after_seconds = body["retryAfterSeconds"].get<int>();
         if (body.contains("paused")) faults.paused = body["paused"].get<bool>();
       }
+      if (body.contains("dropWatchEvents")) store.drop_watch_events(body["dropWatchEvents"].get<std::uint64_t>());
       unpaused.notify_all();
       return respond(response, {200, json{{"ok", true}}, {}});
     }

@@ -2,7 +2,7 @@
 
 #include "k8s4r/kube_sim/schema.h"
 
-#include "base64.h"
+#include "k8s4r/common/base64.h"
 
 #include <algorithm>
 #include <random>
@@ -241,7 +241,11 @@ std::shared_ptr<const json> Store::commit(Resource& resource, const std::string&
     resource.window_start = resource.history.front().resource_version;
     resource.history.pop_front();
   }
-  notify(resource, event);
+  if (events_to_drop_ > 0) {
+    --events_to_drop_;
+  } else {
+    notify(resource, event);
+  }
   return event.object;
 }
 
@@ -1056,6 +1060,11 @@ void Store::close_all_watches() {
   }
 }
 
+void Store::drop_watch_events(std::uint64_t count) {
+  std::lock_guard lock(mutex_);
+  events_to_drop_ = count;
+}
+
 void Store::compact() {
   std::lock_guard lock(mutex_);
   for (auto& [key, resource] : resources_) {
@@ -1075,7 +1084,10 @@ json Store::stats() const {
                       {"watchers", resource.watchers.size()}};
     watchers += resource.watchers.size();
   }
-  return {{"resourceVersion", resource_version_}, {"watchers", watchers}, {"resources", resources}};
+  return {{"resourceVersion", resource_version_},
+          {"watchers", watchers},
+          {"watchEventsToDrop", events_to_drop_},
+          {"resources", resources}};
 }
 
 }  // namespace k8s4r::kube_sim

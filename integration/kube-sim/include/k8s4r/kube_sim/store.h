@@ -139,6 +139,9 @@ class Store {
   // Fault injection and inspection.
   void close_all_watches();
   void compact();  // forget all history: every older resourceVersion now gets 410
+  // The next `count` changes reach no watcher (they are stored and listed as
+  // usual): a lost event, for testing clients' consistency checks.
+  void drop_watch_events(std::uint64_t count);
   nlohmann::json stats() const;
 
  private:
@@ -191,6 +194,7 @@ class Store {
   Clock clock_;
   mutable std::mutex mutex_;
   std::uint64_t resource_version_ = 1;
+  std::uint64_t events_to_drop_ = 0;
   std::map<std::string, Resource> resources_;  // resource_key -> resource
 };
 

@@ -1,6 +1,6 @@
-#include "base64.h"
+#include "k8s4r/common/base64.h"
 
-namespace k8s4r::kube_sim {
+namespace k8s4r {
 
 std::string base64_encode(std::string_view bytes, bool url_safe) {
   const char* alphabet = url_safe ? "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -54,4 +54,4 @@ std::optional<std::string> base64_decode(std::string_view text) {
   return out;
 }
 
-}  // namespace k8s4r::kube_sim
+}  // namespace k8s4r
