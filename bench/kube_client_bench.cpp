@@ -12,6 +12,8 @@
 //                          [--seconds 3] [--repeats 5] [--events 4000]
 #include "k8s4r/kube/client.h"
 #include "k8s4r/kube/informer.h"
+#include "k8s4r/testing/kube_sim_process.h"
+#include "statistics.h"
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -30,22 +32,11 @@
 
 namespace {
 
+using k8s4r::bench::median;
 using nlohmann::json;
 using Steady = std::chrono::steady_clock;
 namespace kube = k8s4r::kube;
 const kube::Resource kTasks{"robot.k8s4r.io", "v1alpha1", "tasks", true};
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-json task(const std::string& name) {
-  return {{"apiVersion", "robot.k8s4r.io/v1alpha1"},
-          {"kind", "Task"},
-          {"metadata", {{"name", name}}},
-          {"spec", {{"name", name}, {"driver", "exec"}, {"config", {{"execConfig", {{"command", "/bin/true"}}}}}}}};
-}
 
 json status_patch(long seq) { return {{"status", {{"state", "running"}, {"statusSeq", seq}}}}; }
 
@@ -64,39 +55,17 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 
-  const auto work = std::filesystem::temp_directory_path() / ("kube-client-bench-" + std::to_string(getpid()));
-  std::filesystem::create_directories(work);
-  const std::string kubeconfig = (work / "kubeconfig").string();
-  const pid_t sim = fork();
-  if (sim == 0) {
-    const std::string log = (work / "kube-sim.log").string();
-    freopen(log.c_str(), "w", stderr);
-    freopen(log.c_str(), "a", stdout);
-    execl(sim_path.c_str(), sim_path.c_str(), "--listen", "127.0.0.1:0", "--write-kubeconfig", kubeconfig.c_str(),
-          "--history", "1000", static_cast<char*>(nullptr));
-    _exit(127);
+  k8s4r::testing::KubeSimProcess sim(sim_path, {"--history", "1000"});
+  kube::Client client(sim.config());
+  if (auto applied = sim.apply_crds(client, crds); !applied) {
+    std::cerr << "apply CRDs: " << applied.error().to_string() << "\n";
+    return 1;
   }
-  const auto finish = [&](int code) {
-    kill(sim, SIGTERM);
-    waitpid(sim, nullptr, 0);
-    std::filesystem::remove_all(work);
-    return code;
-  };
-  for (int i = 0; i < 200 && !std::filesystem::exists(kubeconfig); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  auto config = kube::load_kubeconfig(kubeconfig);
-  if (!config) {
-    std::cerr << "k8s4r-kube-sim did not start\n";
-    return finish(1);
-  }
-  const std::string apply = "kubectl --kubeconfig " + kubeconfig + " --cache-dir " + (work / "cache").string() +
-                            " apply -f " + crds + " >/dev/null";
-  if (std::system(apply.c_str()) != 0) return finish(1);
-  kube::Client client(config.value());
   for (const char* name : {"raw", "client", "w0", "w1", "w2", "w3"}) {
-    if (!client.create(kTasks, "default", task(name))) return finish(1);
+    if (!client.create(kTasks, "default", k8s4r::testing::task_json(name))) return 1;
   }
-  const int port = std::stoi(config.value().server.substr(config.value().server.rfind(':') + 1));
+  const int port = sim.port();
+  const kube::ClientConfig config = sim.config();
 
   std::printf("status merge-patches per second, one connection (median of %d runs of %.1fs, alternating)\n", repeats,
               seconds);
@@ -146,7 +115,7 @@ int main(int argc, char** argv) {
     std::vector<std::thread> writers;
     for (int w = 0; w < 4; ++w) {
       writers.emplace_back([&, w] {
-        kube::Client writer(config.value());
+        kube::Client writer(config);
         for (int i = 0; i < events / 4; ++i) {
           (void)writer.merge_patch(kTasks, "default", "w" + std::to_string(w), status_patch(1'000'000L * (run + 1) + i),
                                    true);
@@ -173,5 +142,5 @@ int main(int argc, char** argv) {
                            {"informer_events_per_second", median(informer_rates)}}
                           .dump()
                           .c_str());
-  return finish(0);
+  return 0;
 }

@@ -9,6 +9,11 @@
 // Usage: kube_sim_bench --sim build/bin/k8s4r-kube-sim --crds proto-schemas/crds
 //                       [--seconds 3] [--repeats 3] [--watchers 100] [--events 200]
 #include <httplib.h>
+#include "statistics.h"
+
+#include "k8s4r/kube/client.h"
+#include "k8s4r/testing/kube_sim_process.h"
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -30,25 +35,10 @@
 
 namespace {
 
+using k8s4r::bench::median;
 using nlohmann::json;
 using Steady = std::chrono::steady_clock;
 const std::string kTasks = "/apis/robot.k8s4r.io/v1alpha1/namespaces/default/tasks";
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-json task(const std::string& name) {
-  return {{"apiVersion", "robot.k8s4r.io/v1alpha1"},
-          {"kind", "Task"},
-          {"metadata", {{"name", name}}},
-          {"spec",
-           {{"name", name},
-            {"driver", "exec"},
-            {"targetRobot", "robot-001"},
-            {"config", {{"execConfig", {{"command", "/bin/true"}}}}}}}};
-}
 
 std::atomic<long> g_failures{0};
 
@@ -91,49 +81,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  const auto work = std::filesystem::temp_directory_path() / ("kube-sim-bench-" + std::to_string(getpid()));
-  std::filesystem::create_directories(work);
-  const std::string kubeconfig = (work / "kubeconfig").string();
-  const pid_t sim = fork();
-  if (sim == 0) {
-    execl(sim_path.c_str(), sim_path.c_str(), "--listen", "127.0.0.1:0", "--write-kubeconfig", kubeconfig.c_str(),
-          "--history", "1000", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const auto stop_sim = [&] {
-    kill(sim, SIGTERM);
-    waitpid(sim, nullptr, 0);
-    std::filesystem::remove_all(work);
-  };
-  for (int i = 0; i < 200 && !std::filesystem::exists(kubeconfig); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  std::ifstream config_file(kubeconfig);
-  std::stringstream config_text;
-  config_text << config_file.rdbuf();
-  const std::string text = config_text.str();
-  const auto at = text.find("http://127.0.0.1:");
-  if (at == std::string::npos) {
-    std::cerr << "k8s4r-kube-sim did not start\n";
-    stop_sim();
+  k8s4r::testing::KubeSimProcess sim(sim_path, {"--history", "1000"});
+  k8s4r::kube::Client api(sim.config());
+  if (auto applied = sim.apply_crds(api, crds); !applied) {
+    std::cerr << "apply CRDs: " << applied.error().to_string() << "\n";
     return 1;
   }
-  const int port = std::stoi(text.substr(at + 17));
-  const std::string apply = "kubectl --kubeconfig " + kubeconfig + " --cache-dir " + (work / "cache").string() +
-                            " apply -f " + crds + " >/dev/null";
-  if (std::system(apply.c_str()) != 0) {
-    std::cerr << "kubectl apply failed\n";
-    stop_sim();
-    return 1;
-  }
-  httplib::Client setup("127.0.0.1", port);
   for (int i = 0; i < 16; ++i) {
-    auto created = setup.Post(kTasks, task("bench-" + std::to_string(i)).dump(), "application/json");
-    if (!created || created->status != 201) {
+    if (!api.create(k8s4r::testing::kTaskResource, "default",
+                    k8s4r::testing::task_json("bench-" + std::to_string(i)))) {
       std::cerr << "create failed\n";
-      stop_sim();
       return 1;
     }
   }
+  const int port = sim.port();
+  httplib::Client setup("127.0.0.1", port);
 
   json results = {{"patches_per_second", json::object()}};
   std::printf("status merge-patches per second (median of %d runs of %.1fs)\n", repeats, seconds);
@@ -230,6 +192,5 @@ int main(int argc, char** argv) {
                              {"writer_patches_per_second", median(writer_rates)}};
   results["failed_requests"] = g_failures.load();
   std::printf("failed requests (retried): %ld\n%s\n", g_failures.load(), results.dump().c_str());
-  stop_sim();
   return 0;
 }

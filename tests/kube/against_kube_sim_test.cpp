@@ -5,9 +5,9 @@
 // every change delivered once.
 #include "k8s4r/kube/client.h"
 #include "k8s4r/kube/informer.h"
+#include "k8s4r/testing/kube_sim_process.h"
 
 #include <gtest/gtest.h>
-#include <yaml-cpp/yaml.h>
 
 #include <csignal>
 #include <filesystem>
@@ -26,104 +26,23 @@ using namespace std::chrono_literals;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-const Resource kTasks{"robot.k8s4r.io", "v1alpha1", "tasks", true};
-const Resource kCrds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
+using testing::KubeSimProcess;
+using testing::task_json;
+const Resource kTasks = testing::kTaskResource;
 
-// YAML to JSON with the types a YAML 1.2 core schema gives plain scalars.
-json to_json(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map: {
-      json object = json::object();
-      for (const auto& entry : node) object[entry.first.as<std::string>()] = to_json(entry.second);
-      return object;
-    }
-    case YAML::NodeType::Sequence: {
-      json array = json::array();
-      for (const auto& item : node) array.push_back(to_json(item));
-      return array;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string text = node.Scalar();
-      if (node.Tag() == "!") return text;  // quoted
-      if (text == "true" || text == "false") return text == "true";
-      if (text == "null" || text == "~") return nullptr;
-      try {
-        std::size_t used = 0;
-        const long long number = std::stoll(text, &used);
-        if (used == text.size()) return number;
-      } catch (...) {
-      }
-      return text;
-    }
-    default:
-      return nullptr;
+// A stand-in with the CRDs applied, and a client for it.
+struct Sim {
+  explicit Sim(std::vector<std::string> args = {})
+      : process(K8S4R_KUBE_SIM, std::move(args)), client(process.config()) {
+    auto applied = process.apply_crds(client, K8S4R_CRD_DIR);
+    if (!applied) throw std::runtime_error("apply CRDs: " + applied.error().to_string());
   }
-}
-
-class KubeSim {
- public:
-  explicit KubeSim(std::vector<std::string> args = {}) {
-    dir_ = fs::temp_directory_path() /
-           ("k8s4r-client-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    fs::create_directories(dir_);
-    const std::string kubeconfig = (dir_ / "kubeconfig").string();
-    std::vector<std::string> argv = {K8S4R_KUBE_SIM, "--listen", "127.0.0.1:0", "--write-kubeconfig", kubeconfig};
-    argv.insert(argv.end(), args.begin(), args.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::vector<char*> raw;
-      for (auto& arg : argv) raw.push_back(arg.data());
-      raw.push_back(nullptr);
-      const std::string log = (dir_ / "kube-sim.log").string();
-      freopen(log.c_str(), "w", stdout);
-      freopen(log.c_str(), "a", stderr);
-      execv(raw[0], raw.data());
-      _exit(127);
-    }
-    for (int i = 0; i < 400 && !fs::exists(kubeconfig); ++i) std::this_thread::sleep_for(25ms);
-    auto loaded = load_kubeconfig(kubeconfig);
-    if (!loaded) throw std::runtime_error("k8s4r-kube-sim did not start: " + loaded.error().to_string());
-    config_ = loaded.value();
+  void admin(const std::string& what, const json& body = json::object()) {
+    ASSERT_TRUE(process.admin(what, body)) << what;
   }
-  ~KubeSim() {
-    kill(pid_, SIGTERM);
-    waitpid(pid_, nullptr, 0);
-    fs::remove_all(dir_);
-  }
-  const ClientConfig& config() const { return config_; }
-  const fs::path& dir() const { return dir_; }
-
-  void apply_task_crd(Client& client) {
-    auto created = client.create(kCrds, "", to_json(YAML::LoadFile(std::string(K8S4R_CRD_DIR) + "/tasks.yaml")));
-    ASSERT_TRUE(created) << created.error().to_string();
-  }
-  // The admin endpoints of the stand-in, through the same client.
-  void admin(Client& client, const std::string& what, const json& body = json::object()) {
-    Resource admin{"", "", "", false};
-    (void)admin;
-    auto transport = make_curl_transport(config_);
-    auto response = transport->send({"POST", "/_sim/" + what, body.dump(), "application/json"});
-    ASSERT_TRUE(response && response.value().status == 200) << what;
-    (void)client;
-  }
-
- private:
-  static inline int counter_ = 0;
-  fs::path dir_;
-  pid_t pid_ = -1;
-  ClientConfig config_;
+  KubeSimProcess process;
+  Client client;
 };
-
-json task(const std::string& name) {
-  return {{"apiVersion", "robot.k8s4r.io/v1alpha1"},
-          {"kind", "Task"},
-          {"metadata", {{"name", name}}},
-          {"spec",
-           {{"name", name},
-            {"driver", "exec"},
-            {"targetRobot", "robot-001"},
-            {"config", {{"execConfig", {{"command", "/bin/true"}}}}}}}};
-}
 
 // Records every delivered change, and checks none arrives twice.
 struct Recorder {
@@ -195,8 +114,8 @@ TEST(AgainstKubeSim, TlsWithACaAndABearerToken) {
       " && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt"
       " -days 1 -extfile san.ext) >/dev/null 2>&1";
   ASSERT_EQ(std::system(("(" + run).c_str()), 0);
-  KubeSim sim({"--token", "s3cret", "--tls-cert", (certs / "server.crt").string(), "--tls-key",
-               (certs / "server.key").string(), "--tls-ca", (certs / "ca.crt").string()});
+  KubeSimProcess sim(K8S4R_KUBE_SIM, {"--token", "s3cret", "--tls-cert", (certs / "server.crt").string(), "--tls-key",
+                                      (certs / "server.key").string(), "--tls-ca", (certs / "ca.crt").string()});
   EXPECT_EQ(sim.config().server.rfind("https://127.0.0.1:", 0), 0u);
   Client client(sim.config());
   auto ns = client.get(Resource{"", "v1", "namespaces", false}, "", "default");
@@ -219,10 +138,9 @@ TEST(AgainstKubeSim, TlsWithACaAndABearerToken) {
 }
 
 TEST(AgainstKubeSim, ConflictAndNotFoundAreValues) {
-  KubeSim sim;
-  Client client(sim.config());
-  sim.apply_task_crd(client);
-  auto created = client.create(kTasks, "default", task("a"));
+  Sim sim;
+  Client& client = sim.client;
+  auto created = client.create(kTasks, "default", task_json("a"));
   ASSERT_TRUE(created) << created.error().to_string();
   json stale = created.value();
   ASSERT_TRUE(client.merge_patch(kTasks, "default", "a", {{"metadata", {{"labels", {{"x", "y"}}}}}}));
@@ -232,7 +150,7 @@ TEST(AgainstKubeSim, ConflictAndNotFoundAreValues) {
   EXPECT_TRUE(conflict.error().conflict());
   EXPECT_NE(conflict.error().message.find("the object has been modified"), std::string::npos);
   EXPECT_TRUE(client.get(kTasks, "default", "missing").error().not_found());
-  EXPECT_TRUE(client.create(kTasks, "default", task("a")).error().already_exists());
+  EXPECT_TRUE(client.create(kTasks, "default", task_json("a")).error().already_exists());
   auto status = client.json_patch(kTasks, "default", "a",
                                   json::parse(R"([{"op":"add","path":"/status","value":{"state":"running"}}])"), true);
   ASSERT_TRUE(status) << status.error().to_string();
@@ -240,20 +158,19 @@ TEST(AgainstKubeSim, ConflictAndNotFoundAreValues) {
 }
 
 TEST(AgainstKubeSim, InformerResumesAfterCutWatches) {
-  KubeSim sim;
-  Client client(sim.config());
-  sim.apply_task_crd(client);
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(client.create(kTasks, "default", task("t" + std::to_string(i))));
+  Sim sim;
+  Client& client = sim.client;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(client.create(kTasks, "default", task_json("t" + std::to_string(i))));
   Informer informer(client, fast_options());
   Recorder recorder;
   recorder.handle(informer);
   informer.start();
   ASSERT_TRUE(informer.wait_for_sync(10s));
   for (int round = 0; round < 3; ++round) {
-    sim.admin(client, "close-watches");
+    sim.admin("close-watches");
     ASSERT_TRUE(client.merge_patch(kTasks, "default", "t" + std::to_string(round),
                                    {{"spec", {{"user", "u" + std::to_string(round)}}}}));
-    ASSERT_TRUE(client.create(kTasks, "default", task("new" + std::to_string(round))));
+    ASSERT_TRUE(client.create(kTasks, "default", task_json("new" + std::to_string(round))));
   }
   ASSERT_TRUE(client.remove(kTasks, "default", "t4"));
   EXPECT_TRUE(eventually([&] { return cache_state(informer) == server_state(client); }));
@@ -265,11 +182,10 @@ TEST(AgainstKubeSim, InformerResumesAfterCutWatches) {
 }
 
 TEST(AgainstKubeSim, InformerRelistsAfterExpired) {
-  KubeSim sim({"--history", "5"});
-  Client client(sim.config());
-  sim.apply_task_crd(client);
-  ASSERT_TRUE(client.create(kTasks, "default", task("a")));
-  ASSERT_TRUE(client.create(kTasks, "default", task("b")));
+  Sim sim({"--history", "5"});
+  Client& client = sim.client;
+  ASSERT_TRUE(client.create(kTasks, "default", task_json("a")));
+  ASSERT_TRUE(client.create(kTasks, "default", task_json("b")));
   Informer informer(client, fast_options());
   Recorder recorder;
   recorder.handle(informer);
@@ -277,12 +193,12 @@ TEST(AgainstKubeSim, InformerRelistsAfterExpired) {
   ASSERT_TRUE(informer.wait_for_sync(10s));
   // The informer misses these changes, and the window forgets them: its next
   // watch gets 410 and it must list again.
-  sim.admin(client, "faults", {{"dropWatchEvents", 3}});
+  sim.admin("faults", {{"dropWatchEvents", 3}});
   auto changed = client.merge_patch(kTasks, "default", "a", {{"spec", {{"user", "changed"}}}});
   ASSERT_TRUE(client.remove(kTasks, "default", "b"));
-  ASSERT_TRUE(client.create(kTasks, "default", task("c")));
-  sim.admin(client, "compact");
-  sim.admin(client, "close-watches");
+  ASSERT_TRUE(client.create(kTasks, "default", task_json("c")));
+  sim.admin("compact");
+  sim.admin("close-watches");
   EXPECT_TRUE(eventually([&] { return cache_state(informer) == server_state(client); }));
   EXPECT_GE(informer.metrics().relists_after_expired, 1u);
   EXPECT_TRUE(recorder.has("a@" + changed.value()["metadata"]["resourceVersion"].get<std::string>()));
@@ -292,43 +208,41 @@ TEST(AgainstKubeSim, InformerRelistsAfterExpired) {
 }
 
 TEST(AgainstKubeSim, InformerAndClientRideOutServerErrorsAndThrottling) {
-  KubeSim sim;
-  Client client(sim.config());
-  sim.apply_task_crd(client);
+  Sim sim;
+  Client& client = sim.client;
   Informer informer(client, fast_options());
   Recorder recorder;
   recorder.handle(informer);
   informer.start();
   ASSERT_TRUE(informer.wait_for_sync(10s));
-  ClientConfig patient = sim.config();
+  ClientConfig patient = sim.process.config();
   patient.max_attempts = 20;
   Client writer(patient);
-  sim.admin(client, "faults", {{"errorRate", 0.5}, {"errorCode", 500}});
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(writer.create(kTasks, "default", task("e" + std::to_string(i))));
-  sim.admin(client, "close-watches");
-  sim.admin(client, "faults", {{"errorCode", 429}, {"retryAfterSeconds", 0}});
+  sim.admin("faults", {{"errorRate", 0.5}, {"errorCode", 500}});
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(writer.create(kTasks, "default", task_json("e" + std::to_string(i))));
+  sim.admin("close-watches");
+  sim.admin("faults", {{"errorCode", 429}, {"retryAfterSeconds", 0}});
   for (int i = 0; i < 5; ++i)
     ASSERT_TRUE(writer.merge_patch(kTasks, "default", "e" + std::to_string(i), {{"spec", {{"user", "x"}}}}));
-  sim.admin(client, "close-watches");
+  sim.admin("close-watches");
   EXPECT_GT(writer.stats().retries, 0u);
-  sim.admin(client, "faults", {{"errorRate", 0}});
+  sim.admin("faults", {{"errorRate", 0}});
   EXPECT_TRUE(eventually([&] { return cache_state(informer) == server_state(client); }));
   EXPECT_EQ(recorder.duplicates(), 0u);
   informer.stop();
 }
 
 TEST(AgainstKubeSim, ConsistencyCheckDetectsALostEventAndRelists) {
-  KubeSim sim;
-  Client client(sim.config());
-  sim.apply_task_crd(client);
-  ASSERT_TRUE(client.create(kTasks, "default", task("a")));
-  ASSERT_TRUE(client.create(kTasks, "default", task("b")));
+  Sim sim;
+  Client& client = sim.client;
+  ASSERT_TRUE(client.create(kTasks, "default", task_json("a")));
+  ASSERT_TRUE(client.create(kTasks, "default", task_json("b")));
   InformerOptions options = fast_options();
   options.consistency_check_interval = 300ms;
   Informer informer(client, options);
   informer.start();
   ASSERT_TRUE(informer.wait_for_sync(10s));
-  sim.admin(client, "faults", {{"dropWatchEvents", 1}});
+  sim.admin("faults", {{"dropWatchEvents", 1}});
   ASSERT_TRUE(client.merge_patch(kTasks, "default", "a", {{"spec", {{"user", "lost"}}}}));  // never reaches the watch
   ASSERT_TRUE(
       client.merge_patch(kTasks, "default", "b", {{"spec", {{"user", "seen"}}}}));  // moves the cache's version past it

@@ -74,6 +74,21 @@ json comparable(const json& object) {
   return copy;
 }
 
+// A body naming another apiVersion or kind than the URL is refused, as
+// kube-apiserver does; one naming none is taken to mean the URL's.
+std::optional<ApiResponse> check_type_meta(const json& body, const ResourceType& type) {
+  const std::string api_version = string_at(body, "apiVersion");
+  const std::string kind = string_at(body, "kind");
+  if (!api_version.empty() && api_version != type.api_version()) {
+    return bad_request("the API version in the data (" + api_version + ") does not match the expected API version (" +
+                       type.api_version() + ")");
+  }
+  if (!kind.empty() && kind != type.kind) {
+    return bad_request("the kind in the data (" + kind + ") does not match the expected kind (" + type.kind + ")");
+  }
+  return std::nullopt;
+}
+
 bool has_finalizers(const json& object) {
   const json& metadata = metadata_of(object);
   return metadata.contains("finalizers") && metadata["finalizers"].is_array() && !metadata["finalizers"].empty();
@@ -353,15 +368,7 @@ ApiResponse Store::admit(const Target& target, json& object, const json* existin
 ApiResponse Store::create(const Target& target, json body, const WriteOptions& options) {
   const ResourceType& type = target.type;
   if (!body.is_object()) return bad_request("the body of the request must be a JSON object");
-  const std::string api_version = string_at(body, "apiVersion");
-  const std::string kind = string_at(body, "kind");
-  if (!api_version.empty() && api_version != type.api_version()) {
-    return bad_request("the API version in the data (" + api_version + ") does not match the expected API version (" +
-                       type.api_version() + ")");
-  }
-  if (!kind.empty() && kind != type.kind) {
-    return bad_request("the kind in the data (" + kind + ") does not match the expected kind (" + type.kind + ")");
-  }
+  if (auto mismatch = check_type_meta(body, type)) return *mismatch;
   body["apiVersion"] = type.api_version();
   body["kind"] = type.kind;
   if (!body.contains("metadata") || !body["metadata"].is_object()) body["metadata"] = json::object();
@@ -628,15 +635,7 @@ ApiResponse Store::update_locked(const Target& target, const std::string& name, 
   const json& existing = *found->second;
   const json& old_metadata = metadata_of(existing);
 
-  const std::string api_version = string_at(body, "apiVersion");
-  const std::string kind = string_at(body, "kind");
-  if (!api_version.empty() && api_version != type.api_version()) {
-    return bad_request("the API version in the data (" + api_version + ") does not match the expected API version (" +
-                       type.api_version() + ")");
-  }
-  if (!kind.empty() && kind != type.kind) {
-    return bad_request("the kind in the data (" + kind + ") does not match the expected kind (" + type.kind + ")");
-  }
+  if (auto mismatch = check_type_meta(body, type)) return *mismatch;
   if (!body.contains("metadata") || !body["metadata"].is_object()) body["metadata"] = json::object();
   json& metadata = body["metadata"];
   const std::string body_name = string_at(metadata, "name");
