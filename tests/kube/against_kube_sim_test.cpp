@@ -167,6 +167,7 @@ TEST(AgainstKubeSim, InformerResumesAfterCutWatches) {
   informer.start();
   ASSERT_TRUE(informer.wait_for_sync(10s));
   for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(sim.process.wait_for_watches(1));  // cut a watch that is really there
     sim.admin("close-watches");
     ASSERT_TRUE(client.merge_patch(kTasks, "default", "t" + std::to_string(round),
                                    {{"spec", {{"user", "u" + std::to_string(round)}}}}));
@@ -191,6 +192,8 @@ TEST(AgainstKubeSim, InformerRelistsAfterExpired) {
   recorder.handle(informer);
   informer.start();
   ASSERT_TRUE(informer.wait_for_sync(10s));
+  // Only a live watch can lose an event: one started later replays the window.
+  ASSERT_TRUE(sim.process.wait_for_watches(1));
   // The informer misses these changes, and the window forgets them: its next
   // watch gets 410 and it must list again.
   sim.admin("faults", {{"dropWatchEvents", 3}});
@@ -242,6 +245,7 @@ TEST(AgainstKubeSim, ConsistencyCheckDetectsALostEventAndRelists) {
   Informer informer(client, options);
   informer.start();
   ASSERT_TRUE(informer.wait_for_sync(10s));
+  ASSERT_TRUE(sim.process.wait_for_watches(1));  // a watch started later would replay the lost event
   sim.admin("faults", {{"dropWatchEvents", 1}});
   ASSERT_TRUE(client.merge_patch(kTasks, "default", "a", {{"spec", {{"user", "lost"}}}}));  // never reaches the watch
   ASSERT_TRUE(

@@ -71,6 +71,22 @@ bool KubeSimProcess::admin(const std::string& what, const json& body) const {
   return response && response.value().status == 200;
 }
 
+json KubeSimProcess::stats() const {
+  auto transport = kube::make_curl_transport(config_);
+  auto response = transport->send({"GET", "/_sim/stats", "", ""});
+  if (!response || response.value().status != 200) return json::object();
+  return json::parse(response.value().body, nullptr, false);
+}
+
+bool KubeSimProcess::wait_for_watches(std::size_t count) const {
+  for (int i = 0; i < 500; ++i) {
+    const json current = stats();
+    if (current.is_object() && current.value("watchers", std::size_t{0}) >= count) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 json yaml_to_json(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Map: {

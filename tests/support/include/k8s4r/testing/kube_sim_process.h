@@ -33,6 +33,10 @@ class KubeSimProcess {
   kube::ApiResult<void> apply_crds(kube::Client& client, const std::string& crd_dir) const;
   // POST /_sim/<what> (the stand-in's fault injection); false on failure.
   bool admin(const std::string& what, const nlohmann::json& body = nlohmann::json::object()) const;
+  // GET /_sim/stats: resourceVersion, open watches, objects per resource.
+  nlohmann::json stats() const;
+  // Waits up to 10 s until at least `count` watches are open; false if not.
+  bool wait_for_watches(std::size_t count) const;
 
  private:
   void stop();
