@@ -1,0 +1,139 @@
+#include "k8s4r/agent/monitor.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+namespace k8s4r::agent {
+
+Monitor::Monitor(MonitorCallbacks callbacks) : callbacks_(std::move(callbacks)) {
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) throw std::runtime_error(std::string("monitor: ") + std::strerror(errno));
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = wake_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &event);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Monitor::~Monitor() {
+  stopping_ = true;
+  wake();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard lock(mutex_);
+  for (auto& [uid, child] : children_) {
+    // Nothing may outlive its monitor unwatched.
+    static_cast<void>(signal_process_group(child.pid, SIGKILL));
+    siginfo_t info{};
+    waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child.pidfd), &info, WEXITED);
+    close(child.pidfd);
+  }
+  close(wake_fd_);
+  close(epoll_fd_);
+}
+
+void Monitor::wake() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto written = write(wake_fd_, &one, sizeof one);
+}
+
+Result<pid_t> Monitor::launch(const std::string& task_uid, const ProcessSpec& spec,
+                              std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout) {
+  std::lock_guard lock(mutex_);
+  if (children_.count(task_uid)) return Error{"taskUid", task_uid + " is already running"};
+  auto spawned = spawn_process(spec);
+  if (!spawned) return spawned.error();
+  const SpawnedProcess process = spawned.value();
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = process.pidfd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, process.pidfd, &event);
+  children_[task_uid] = Child{process.pid, process.pidfd, std::nullopt};
+  task_by_fd_[process.pidfd] = task_uid;
+  schedule_.track(task_uid, std::chrono::steady_clock::now(), timeout, kill_timeout);
+  wake();  // the nearest deadline may have moved
+  return process.pid;
+}
+
+bool Monitor::stop_task(const std::string& task_uid, StopReason reason) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!children_.count(task_uid)) return false;
+    schedule_.stop(task_uid, std::chrono::steady_clock::now(), reason);
+  }
+  wake();
+  return true;
+}
+
+std::size_t Monitor::running() const {
+  std::lock_guard lock(mutex_);
+  return children_.size();
+}
+
+void Monitor::loop() {
+  std::vector<epoll_event> events(64);
+  while (!stopping_) {
+    timespec timeout{};
+    timespec* wait_for = nullptr;  // no deadline: wait until a process exits or we are woken
+    {
+      std::lock_guard lock(mutex_);
+      if (auto next = schedule_.next_deadline()) {
+        const auto left = std::max(std::chrono::nanoseconds(0), *next - std::chrono::steady_clock::now());
+        timeout.tv_sec = static_cast<time_t>(left.count() / 1'000'000'000);
+        timeout.tv_nsec = static_cast<long>(left.count() % 1'000'000'000);
+        wait_for = &timeout;
+      }
+    }
+    const int ready = epoll_pwait2(epoll_fd_, events.data(), static_cast<int>(events.size()), wait_for, nullptr);
+    if (ready < 0 && errno != EINTR) break;
+
+    std::vector<TaskExit> exits;
+    std::vector<std::pair<SignalAction, std::chrono::nanoseconds>> signals;
+    {
+      std::lock_guard lock(mutex_);
+      for (int i = 0; i < std::max(ready, 0); ++i) {
+        const int fd = events[static_cast<std::size_t>(i)].data.fd;
+        if (fd == wake_fd_) {
+          std::uint64_t count = 0;
+          [[maybe_unused]] const auto drained = read(wake_fd_, &count, sizeof count);
+          continue;
+        }
+        auto uid = task_by_fd_.find(fd);
+        if (uid == task_by_fd_.end()) continue;
+        auto status = reap(fd);
+        if (!status) continue;
+        const std::string task_uid = uid->second;
+        Child& child = children_.at(task_uid);
+        exits.push_back({task_uid, *status, child.stopped_by, std::chrono::steady_clock::now()});
+        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+        close(fd);
+        task_by_fd_.erase(uid);
+        children_.erase(task_uid);
+        schedule_.forget(task_uid);
+      }
+      const auto now = std::chrono::steady_clock::now();
+      for (const SignalAction& action : schedule_.take_due(now)) {
+        auto child = children_.find(action.task_uid);
+        if (child == children_.end()) continue;
+        // Only ESRCH can fail for our own child's group, and it means gone.
+        static_cast<void>(signal_process_group(child->second.pid, action.signal));
+        if (!child->second.stopped_by) child->second.stopped_by = action.reason;
+        signals.emplace_back(action, std::chrono::steady_clock::now() - action.deadline);
+      }
+    }
+    for (const auto& [action, lateness] : signals) {
+      if (callbacks_.on_signal) callbacks_.on_signal(action, lateness);
+    }
+    for (const TaskExit& exit : exits) {
+      if (callbacks_.on_exit) callbacks_.on_exit(exit);
+    }
+  }
+}
+
+}  // namespace k8s4r::agent
