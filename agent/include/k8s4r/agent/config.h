@@ -1,0 +1,48 @@
+// The agent's configuration: one struct, filled from defaults, then the
+// config file (YAML, --config or K8S4R_CONFIG, default /etc/k8s4r/agent.yaml
+// when it exists), then K8S4R_* environment variables, then flags; validated
+// once, with every error reported together. Each setting has one name used
+// everywhere: `heartbeat-interval` in the file, K8S4R_HEARTBEAT_INTERVAL in the
+// environment, --heartbeat-interval on the command line.
+#pragma once
+
+#include "k8s4r/common/result.h"
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace k8s4r::agent {
+
+struct AgentConfig {
+  std::string broker_url;                   // broker-url (required): tcp://host:1883, ssl://host:8883
+  std::string robot_id;                     // robot-id (required): a DNS-1123 label
+  std::string token;                        // token
+  std::string work_dir = "/var/lib/k8s4r";  // work-dir: journal, report queue, task directories
+  std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(30);   // heartbeat-interval (Go duration)
+  std::map<std::string, std::string> labels;                                // labels: k=v,k2=v2
+  std::chrono::nanoseconds default_kill_timeout = std::chrono::seconds(5);  // kill-timeout, when a task sets none
+  std::size_t max_log_bytes = 10 * 1024 * 1024;                             // max-log-bytes: per task and stream
+  std::size_t max_queued_reports = 10000;  // max-queued-reports: held while the broker is away
+  std::string log_level = "info";          // log-level: trace, debug, info, warn, error
+  std::string config_file;                 // where the file settings came from, if any
+};
+
+// What parse_agent_config made of the command line.
+struct AgentConfigOutcome {
+  std::optional<AgentConfig> config;  // set when the agent should run
+  std::string output;                 // --help or --version text, or the errors
+  int exit_code = 0;                  // for --help/--version 0; for errors 2
+};
+
+// `args` without the program name; `env` looks up an environment variable
+// (empty when unset). Never throws.
+AgentConfigOutcome parse_agent_config(const std::vector<std::string>& args,
+                                      const std::function<std::string(const std::string&)>& env,
+                                      const std::string& default_config_file = "/etc/k8s4r/agent.yaml");
+
+}  // namespace k8s4r::agent
