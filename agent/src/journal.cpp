@@ -1,5 +1,7 @@
 #include "k8s4r/agent/journal.h"
 
+#include "durable_file.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 #include <cerrno>
@@ -111,26 +113,7 @@ Result<void> Journal::save() const {
                      {"dispatch", entry.dispatch}});
   }
   const std::string text = json{{"version", 1}, {"tasks", tasks}}.dump(-1, ' ', false, json::error_handler_t::replace);
-  const std::string temporary = path_ + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Error{"journal", "cannot write " + temporary + ": " + std::strerror(errno)};
-  std::size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0) {
-      const int error = errno;
-      ::close(fd);
-      return Error{"journal", "cannot write " + temporary + ": " + std::strerror(error)};
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  // Durable before it replaces the old journal.
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    return Error{"journal", "cannot sync " + temporary + ": " + std::strerror(errno)};
-  if (::rename(temporary.c_str(), path_.c_str()) != 0) {
-    return Error{"journal", "cannot replace " + path_ + ": " + std::strerror(errno)};
-  }
-  return ok();
+  return write_file_durably(path_, text, "journal");
 }
 
 }  // namespace k8s4r::agent

@@ -1,5 +1,7 @@
 #include "k8s4r/agent/config.h"
 
+#include "k8s4r/testing/temp_dir.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,13 +15,6 @@ namespace fs = std::filesystem;
 
 class AgentConfigTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("k8s4r-agent-config-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string file(const std::string& text) {
     const fs::path path = dir_ / "agent.yaml";
     std::ofstream(path) << text;
@@ -35,7 +30,7 @@ class AgentConfigTest : public ::testing::Test {
         (dir_ / "absent.yaml").string());
   }
 
-  fs::path dir_;
+  testing::TempDir dir_;
 };
 
 TEST_F(AgentConfigTest, DefaultsThenFileThenEnvironmentThenFlags) {

@@ -1,5 +1,7 @@
 #include "k8s4r/agent/journal.h"
 
+#include "k8s4r/testing/temp_dir.h"
+
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -14,15 +16,8 @@ namespace fs = std::filesystem;
 
 class JournalTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("k8s4r-journal-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-    path_ = (dir_ / "journal.json").string();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-  std::string path_;
+  testing::TempDir dir_;
+  std::string path_ = (dir_ / "journal.json").string();
 };
 
 TEST_F(JournalTest, SeqGrowsAcrossReopening) {

@@ -2,6 +2,8 @@
 
 #include "k8s4r/common/base64.h"
 
+#include "k8s4r/testing/temp_dir.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,14 +16,6 @@ namespace fs = std::filesystem;
 
 class ConfigTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("k8s4r-config-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& name, const std::string& content) {
     const fs::path path = dir_ / name;
     fs::create_directories(path.parent_path());
@@ -29,7 +23,7 @@ class ConfigTest : public ::testing::Test {
     return path.string();
   }
 
-  fs::path dir_;
+  testing::TempDir dir_;
 };
 
 const std::string kCa = "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n";
