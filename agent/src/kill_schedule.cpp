@@ -28,7 +28,8 @@ void KillSchedule::stop(const std::string& task_uid, SteadyTime now, StopReason 
   auto it = tasks_.find(task_uid);
   if (it == tasks_.end()) return;
   Entry& entry = it->second;
-  if (entry.terminated) return;  // already terminating: keep the first reason and its SIGKILL time
+  // Already terminating, or a SIGTERM already due: the first reason stands.
+  if (entry.terminated || (entry.terminate_at && *entry.terminate_at <= now)) return;
   entry.reason = reason;
   entry.terminate_at = now;
 }
@@ -50,7 +51,8 @@ std::vector<SignalAction> KillSchedule::take_due(SteadyTime now) {
   for (auto& [uid, entry] : tasks_) {
     if (entry.terminate_at && *entry.terminate_at <= now) {
       due.push_back({uid, SIGTERM, entry.reason, *entry.terminate_at});
-      entry.kill_at = *entry.terminate_at + entry.kill_timeout;
+      // The grace period runs from when SIGTERM is really sent.
+      entry.kill_at = now + entry.kill_timeout;
       entry.terminate_at.reset();
       entry.terminated = true;
     }

@@ -14,7 +14,12 @@ namespace k8s4r::agent {
 Monitor::Monitor(MonitorCallbacks callbacks) : callbacks_(std::move(callbacks)) {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (epoll_fd_ < 0 || wake_fd_ < 0) throw std::runtime_error(std::string("monitor: ") + std::strerror(errno));
+  if (epoll_fd_ < 0 || wake_fd_ < 0) {
+    const std::string why = std::strerror(errno);
+    if (epoll_fd_ >= 0) close(epoll_fd_);
+    if (wake_fd_ >= 0) close(wake_fd_);
+    throw std::runtime_error("monitor: " + why);
+  }
   epoll_event event{};
   event.events = EPOLLIN;
   event.data.fd = wake_fd_;
@@ -110,6 +115,9 @@ void Monitor::loop() {
         if (!status) continue;
         const std::string task_uid = uid->second;
         Child& child = children_.at(task_uid);
+        // A stopped task's leader is gone; whatever of its group ignored
+        // SIGTERM must not live on unwatched.
+        if (child.stopped_by) static_cast<void>(signal_process_group(child.pid, SIGKILL));
         exits.push_back({task_uid, *status, child.stopped_by, std::chrono::steady_clock::now()});
         epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
         close(fd);

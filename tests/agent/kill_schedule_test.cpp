@@ -24,7 +24,7 @@ TEST(KillSchedule, TimeoutThenKillTimeout) {
   EXPECT_EQ(schedule.next_deadline(), t0 + 30s);
   EXPECT_TRUE(schedule.take_due(t0 + 29s).empty());
   EXPECT_EQ(names(schedule.take_due(t0 + 30s)), (std::vector<std::string>{"a TERM Timeout"}));
-  EXPECT_EQ(schedule.next_deadline(), t0 + 35s);  // measured from the deadline, not from when we noticed
+  EXPECT_EQ(schedule.next_deadline(), t0 + 35s);  // killTimeout after the SIGTERM
   EXPECT_TRUE(schedule.take_due(t0 + 34s).empty());
   auto kill = schedule.take_due(t0 + 36s);
   EXPECT_EQ(names(kill), (std::vector<std::string>{"a KILL Timeout"}));
@@ -60,6 +60,21 @@ TEST(KillSchedule, ACancelBeforeTheTimeoutComesFirst) {
   EXPECT_EQ(names(schedule.take_due(t0 + 1s)), (std::vector<std::string>{"a TERM Cancelled"}));
 }
 
+TEST(KillSchedule, TheGracePeriodStartsWhenSigtermIsSent) {
+  KillSchedule schedule;
+  schedule.track("a", t0, 10s, 5s);
+  // The loop noticed late (a slow callback): SIGKILL must not follow at once.
+  EXPECT_EQ(names(schedule.take_due(t0 + 20s)), (std::vector<std::string>{"a TERM Timeout"}));
+  EXPECT_EQ(schedule.next_deadline(), t0 + 25s);
+}
+
+TEST(KillSchedule, ADueTimeoutKeepsItsReasonAgainstALaterStop) {
+  KillSchedule schedule;
+  schedule.track("a", t0, 10s, 5s);
+  schedule.stop("a", t0 + 11s, StopReason::cancelled);  // the timeout was due first
+  EXPECT_EQ(names(schedule.take_due(t0 + 11s)), (std::vector<std::string>{"a TERM Timeout"}));
+}
+
 TEST(KillSchedule, ManyTasksInDeadlineOrderAndForgotten) {
   KillSchedule schedule;
   schedule.track("late", t0, 20s, 1s);
@@ -67,8 +82,8 @@ TEST(KillSchedule, ManyTasksInDeadlineOrderAndForgotten) {
   schedule.track("done", t0, 5s, 1s);
   schedule.forget("done");
   EXPECT_EQ(schedule.next_deadline(), t0 + 10s);
-  EXPECT_EQ(names(schedule.take_due(t0 + 25s)), (std::vector<std::string>{"early TERM Timeout", "early KILL Timeout",
-                                                                          "late TERM Timeout", "late KILL Timeout"}));
+  EXPECT_EQ(names(schedule.take_due(t0 + 25s)), (std::vector<std::string>{"early TERM Timeout", "late TERM Timeout"}));
+  EXPECT_EQ(names(schedule.take_due(t0 + 26s)), (std::vector<std::string>{"early KILL Timeout", "late KILL Timeout"}));
   EXPECT_EQ(schedule.size(), 2u);
 }
 

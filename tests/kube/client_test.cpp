@@ -83,6 +83,39 @@ TEST(Client, BacksOffOnServerErrorsAndConnectionErrorsThenGivesUp) {
   EXPECT_EQ(h.sleeps, (std::vector<std::chrono::milliseconds>{100ms, 200ms, 400ms, 800ms}));
 }
 
+TEST(Client, APostIsRetriedOnlyWhenTheServerCannotHaveActedOnIt) {
+  int calls = 0;
+  Harness failing([&](const HttpRequest&) {
+    ++calls;
+    return FakeReply{status(500, "InternalError")};
+  });
+  EXPECT_EQ(failing.client->create(kTasks, "default", json::object()).error().code, 500);
+  EXPECT_EQ(calls, 1);  // it may have been created: no blind second try
+
+  calls = 0;
+  Harness refused([&](const HttpRequest&) {
+    return ++calls < 2 ? FakeReply{Error{"connect", "connection refused"}} : FakeReply{HttpResponse{201, "{}", ""}};
+  });
+  EXPECT_TRUE(refused.client->create(kTasks, "default", json::object()));
+  EXPECT_EQ(calls, 2);  // the first never reached the server
+}
+
+TEST(Client, AWatchIsNotRepeatedOnceItDeliveredEvents) {
+  int calls = 0;
+  Harness h([&](const HttpRequest&) {
+    ++calls;
+    FakeReply reply{Error{"http", "connection reset"}};
+    reply.lines = {R"({"type":"ADDED","object":{"metadata":{"name":"a"}}})"};
+    return reply;
+  });
+  std::atomic<bool> cancel{false};
+  int events = 0;
+  auto watched = h.client->watch(
+      kTasks, "default", {}, [&](const WatchEvent&) { return ++events > 0; }, cancel);
+  EXPECT_FALSE(watched);
+  EXPECT_EQ(calls, 1);  // the caller resumes from its last resourceVersion instead
+}
+
 TEST(Client, RateLimitSpacesRequestsAfterTheBurst) {
   ClientConfig config;
   config.qps = 10;

@@ -14,7 +14,7 @@ namespace k8s4r::kube::testing {
 
 struct FakeReply {
   Result<HttpResponse> response = HttpResponse{200, "{}", ""};
-  std::vector<std::string> lines;  // for streams: the lines of a 200 response
+  std::vector<std::string> lines;  // for streams: the lines of a 200 response, or those before a failure
 };
 
 class FakeTransport final : public Transport {
@@ -27,7 +27,8 @@ class FakeTransport final : public Transport {
   Result<HttpResponse> stream(const HttpRequest& request, const std::function<bool(std::string_view)>& on_line,
                               const std::atomic<bool>& cancel) override {
     FakeReply reply = record(request);
-    if (reply.response && reply.response.value().status == 200) {
+    // Lines arrive for a 200, or before a stream breaks (an error reply).
+    if (!reply.response || reply.response.value().status == 200) {
       for (const std::string& line : reply.lines) {
         if (cancel || !on_line(line)) break;
       }

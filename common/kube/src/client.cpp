@@ -91,17 +91,23 @@ void Client::wait_for_token() {
 }
 
 ApiResult<HttpResponse> Client::execute(const HttpRequest& request,
-                                        const std::function<Result<HttpResponse>(const HttpRequest&)>& perform) {
+                                        const std::function<Result<HttpResponse>(const HttpRequest&)>& perform,
+                                        const std::function<bool()>& may_retry) {
+  const bool idempotent = request.method != "POST";
   std::chrono::milliseconds backoff{100};
   for (int attempt = 1;; ++attempt) {
     wait_for_token();
     ++requests_;
     auto response = perform(request);
-    const bool last = attempt >= std::max(1, config_.max_attempts);
+    const bool last = attempt >= std::max(1, config_.max_attempts) || (may_retry && !may_retry());
     if (!response) {
-      if (last) return ApiError{0, "ConnectionError", response.error().message};
-    } else if (!retriable(response.value().status) || last) {
-      return std::move(response).value();
+      // "connect": the request never left, so even a POST may go again.
+      const bool retry = idempotent || response.error().field == "connect";
+      if (last || !retry) return ApiError{0, "ConnectionError", response.error().message};
+    } else {
+      const long status = response.value().status;
+      const bool retry = retriable(status) && (idempotent || status == 429 || !response.value().retry_after.empty());
+      if (!retry || last) return std::move(response).value();
     }
     std::chrono::milliseconds wait = backoff;
     if (response && !response.value().retry_after.empty()) {
@@ -206,8 +212,18 @@ ApiResult<void> Client::watch(const Resource& resource, const std::string& names
     }
     return on_event(WatchEvent{event["type"].get<std::string>(), std::move(event["object"])});
   };
-  auto response = execute({"GET", resource.path(namespace_) + query, "", ""},
-                          [&](const HttpRequest& request) { return transport_->stream(request, on_line, cancel); });
+  // Once events arrived, a broken stream is not sent again from the same
+  // resourceVersion (they would arrive twice): the caller resumes from the last
+  // one it saw.
+  bool delivered = false;
+  const auto counting_on_line = [&](std::string_view line) {
+    delivered = true;
+    return on_line(line);
+  };
+  auto response = execute(
+      {"GET", resource.path(namespace_) + query, "", ""},
+      [&](const HttpRequest& request) { return transport_->stream(request, counting_on_line, cancel); },
+      [&] { return !delivered && !cancel; });
   if (!response) return response.error();
   if (response.value().status != 200) return error_from_response(response.value());
   if (!bad_line.empty()) return ApiError{200, "InvalidResponse", "not a watch event: " + bad_line};

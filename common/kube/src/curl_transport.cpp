@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <exception>
 #include <mutex>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct Exchange {
   CURL* handle = nullptr;
   std::string partial;
   bool stopped = false;
+  std::exception_ptr failure;  // thrown by on_line; rethrown once curl has returned
 };
 
 std::size_t on_header(char* data, std::size_t size, std::size_t count, void* user) {
@@ -54,7 +56,14 @@ std::size_t on_body(char* data, std::size_t size, std::size_t count, void* user)
   for (std::size_t newline; (newline = exchange.partial.find('\n', start)) != std::string::npos; start = newline + 1) {
     const std::string_view line(exchange.partial.data() + start, newline - start);
     if (line.empty()) continue;  // keep-alive newlines
-    if (!(*exchange.on_line)(line)) {
+    bool go_on = false;
+    try {
+      go_on = (*exchange.on_line)(line);
+    } catch (...) {
+      // Never through curl's C frames.
+      exchange.failure = std::current_exception();
+    }
+    if (!go_on) {
       exchange.stopped = true;
       return 0;  // aborts the transfer
     }
@@ -115,7 +124,15 @@ class CurlTransport final : public Transport {
     curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(handle, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, 10'000L);
-    if (!on_line) curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.request_timeout.count()));
+    if (!on_line) {
+      curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.request_timeout.count()));
+    } else {
+      // A watch may be idle for minutes; TCP keepalive notices a peer that
+      // vanished without a reset.
+      curl_easy_setopt(handle, CURLOPT_TCP_KEEPALIVE, 1L);
+      curl_easy_setopt(handle, CURLOPT_TCP_KEEPIDLE, 30L);
+      curl_easy_setopt(handle, CURLOPT_TCP_KEEPINTVL, 10L);
+    }
     if (!request.body.empty() || request.method == "POST" || request.method == "PUT" || request.method == "PATCH") {
       curl_easy_setopt(handle, CURLOPT_POSTFIELDS, request.body.c_str());
       curl_easy_setopt(handle, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
@@ -164,13 +181,15 @@ class CurlTransport final : public Transport {
     const bool ended_by_us = exchange.stopped || (cancel && cancel->load());
     if (code != CURLE_OK && !ended_by_us) {
       curl_easy_cleanup(handle);  // its connection is in an unknown state
-      return Error{"http", request.method + " " + url + ": " + curl_easy_strerror(code)};
+      const bool never_connected = code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST;
+      return Error{never_connected ? "connect" : "http", request.method + " " + url + ": " + curl_easy_strerror(code)};
     }
     if (ended_by_us) {
       curl_easy_cleanup(handle);  // an aborted stream leaves the connection unusable
     } else {
       give_back(handle);
     }
+    if (exchange.failure) std::rethrow_exception(exchange.failure);
     return HttpResponse{status, std::move(exchange.body), std::move(exchange.retry_after)};
   }
 

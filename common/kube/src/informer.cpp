@@ -199,19 +199,24 @@ void Informer::deliver(const std::vector<Delta>& deltas) {
       ++metrics_.events;
     }
     for (const EventHandler& handler : handlers_) {
-      switch (delta.kind) {
-        case Delta::added:
-          if (handler.on_add) handler.on_add(delta.new_object);
-          break;
-        case Delta::updated:
-          if (handler.on_update &&
-              (!handler.update_filter || handler.update_filter(*delta.old_object, *delta.new_object))) {
-            handler.on_update(delta.old_object, delta.new_object);
-          }
-          break;
-        case Delta::deleted:
-          if (handler.on_delete) handler.on_delete(delta.new_object);
-          break;
+      // One failing handler must not stop the informer or the other handlers.
+      try {
+        switch (delta.kind) {
+          case Delta::added:
+            if (handler.on_add) handler.on_add(delta.new_object);
+            break;
+          case Delta::updated:
+            if (handler.on_update &&
+                (!handler.update_filter || handler.update_filter(*delta.old_object, *delta.new_object))) {
+              handler.on_update(delta.old_object, delta.new_object);
+            }
+            break;
+          case Delta::deleted:
+            if (handler.on_delete) handler.on_delete(delta.new_object);
+            break;
+        }
+      } catch (const std::exception& error) {
+        spdlog::error("informer {}: a handler failed: {}", options_.resource.plural, error.what());
       }
     }
   }
@@ -277,15 +282,25 @@ void Informer::watch_once() {
   options.allow_bookmarks = true;
   options.timeout_seconds = options_.watch_timeout_seconds;
   bool expired = false;
+  bool server_error = false;
   {
     std::lock_guard lock(mutex_);
     ++metrics_.watches;
+    // Cleared before stopping_ and relist_ are read, so a stop() or a failed
+    // consistency check that sets it from now on is not lost.
+    end_watch_ = false;
+    if (relist_) return;
   }
+  if (stopping_) return;
   const auto on_event = [&](const WatchEvent& event) {
     if (event.type == "ERROR") {
-      const int code = event.object.value("code", 0);
+      const int code =
+          event.object.is_object() && event.object.contains("code") && event.object["code"].is_number_integer()
+              ? event.object["code"].get<int>()
+              : 0;
       expired = code == 410;
-      if (!expired) spdlog::warn("informer {}: watch error: {}", options_.resource.plural, event.object.dump());
+      server_error = !expired;
+      if (server_error) spdlog::warn("informer {}: watch error: {}", options_.resource.plural, event.object.dump());
       return false;
     }
     if (event.type == "BOOKMARK") {
@@ -298,14 +313,15 @@ void Informer::watch_once() {
     std::lock_guard lock(mutex_);
     return !relist_;  // a failed consistency check asks for a relist
   };
-  end_watch_ = stopping_.load();
   auto watched = client_.watch(options_.resource, options_.namespace_, options, on_event, end_watch_);
   if (!watched) {
     expired = expired || watched.error().expired();
-    if (!expired) {
-      spdlog::warn("informer {}: watch failed: {}", options_.resource.plural, watched.error().to_string());
-      for (int i = 0; i < options_.retry_delay.count() / 50 && !stopping_; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!expired) spdlog::warn("informer {}: watch failed: {}", options_.resource.plural, watched.error().to_string());
+  }
+  if ((!watched && !expired) || server_error) {
+    // Wait before watching again, so a failing server is not hammered.
+    for (int i = 0; i < options_.retry_delay.count() / 50 && !stopping_; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
   if (expired) {

@@ -8,6 +8,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -387,7 +388,8 @@ struct Server::Impl {
     auto timeout = options.default_watch_timeout;
     if (const std::string seconds = param(request, "timeoutSeconds"); !seconds.empty()) {
       try {
-        timeout = std::chrono::seconds(std::stoll(seconds));
+        // Clamped, as a nonsense value must neither end the watch at once nor overflow.
+        timeout = std::chrono::seconds(std::clamp(std::stoll(seconds), 1LL, 24LL * 3600));
       } catch (...) {
       }
     }

@@ -830,7 +830,9 @@ ApiResponse Store::delete_locked(Resource& resource, const ResourceType& type, c
       }
     }
   } else if (policy == "Foreground") {
-    // Dependents go first; the owner follows when they are gone.
+    // Dependents are deleted first. Unlike kube-apiserver, the owner does not
+    // wait (with a foregroundDeletion finalizer) for dependents that finalizers
+    // still hold; see docs/kube-sim.md.
     collect_garbage(uid);
   }
   if (has_finalizers(existing)) {

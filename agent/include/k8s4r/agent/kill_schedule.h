@@ -34,8 +34,8 @@ class KillSchedule {
   // no deadline until stopped.
   void track(const std::string& task_uid, SteadyTime started, std::optional<std::chrono::nanoseconds> timeout,
              std::chrono::nanoseconds kill_timeout);
-  // Asks for SIGTERM now and SIGKILL kill_timeout later (cancel, shutdown).
-  // An earlier stop keeps its reason and its SIGKILL time.
+  // Asks for SIGTERM now and SIGKILL kill_timeout after it (cancel,
+  // shutdown). An earlier stop, or a timeout already due, keeps its reason.
   void stop(const std::string& task_uid, SteadyTime now, StopReason reason);
   // The task exited: nothing more to do for it.
   void forget(const std::string& task_uid);

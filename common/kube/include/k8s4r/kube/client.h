@@ -5,7 +5,9 @@
 //
 // Retries: 429 and 5xx answers and connection errors are retried with
 // exponential backoff (100 ms doubling, at most 5 s), waiting Retry-After when
-// the server sends it, up to ClientConfig::max_attempts. Client-side rate
+// the server sends it, up to ClientConfig::max_attempts. A POST, which is not
+// idempotent, is retried only when the server cannot have acted on it: 429, a
+// 5xx with Retry-After, or a connection that never opened. Client-side rate
 // limiting (QPS and burst, a token bucket) is off unless configured.
 //
 // Threading: every method may be called from any thread.
@@ -113,8 +115,11 @@ class Client {
   ClientStats stats() const;
 
  private:
+  // Sends with retries. `may_retry` (when given) is asked before each retry;
+  // a watch says no once it has delivered events, so none arrive twice.
   ApiResult<HttpResponse> execute(const HttpRequest& request,
-                                  const std::function<Result<HttpResponse>(const HttpRequest&)>& perform);
+                                  const std::function<Result<HttpResponse>(const HttpRequest&)>& perform,
+                                  const std::function<bool()>& may_retry = {});
   ApiResult<nlohmann::json> call(const std::string& method, const std::string& path, const std::string& body = "",
                                  const std::string& content_type = "");
   void wait_for_token();
