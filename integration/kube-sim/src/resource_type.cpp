@@ -44,73 +44,56 @@ std::vector<std::string> strings(const json& list) {
 }  // namespace
 
 std::vector<ResourceType> builtin_types() {
-  std::vector<ResourceType> types;
-  ResourceType namespaces;
-  namespaces.version = "v1";
-  namespaces.plural = "namespaces";
-  namespaces.singular = "namespace";
-  namespaces.kind = "Namespace";
-  namespaces.list_kind = "NamespaceList";
-  namespaces.namespaced = false;
-  namespaces.short_names = {"ns"};
-  namespaces.status_subresource = true;
-  namespaces.columns = {{"Status", "string", "", "The status of the namespace", ".status.phase", 0}, age_column()};
-  namespaces.selectable_fields = {"status.phase"};
-  namespaces.builtin = true;
-  types.push_back(namespaces);
-
-  ResourceType events;
-  events.version = "v1";
-  events.plural = "events";
-  events.singular = "event";
-  events.kind = "Event";
-  events.list_kind = "EventList";
-  events.short_names = {"ev"};
-  events.columns = {{"Last Seen", "date", "", "", ".lastTimestamp", 0},
-                    {"Type", "string", "", "", ".type", 0},
-                    {"Reason", "string", "", "", ".reason", 0},
-                    {"Object", "string", "", "", ".involvedObject.name", 0},
-                    {"Message", "string", "", "", ".message", 0}};
-  events.selectable_fields = {"involvedObject.kind",
-                              "involvedObject.namespace",
-                              "involvedObject.name",
-                              "involvedObject.uid",
-                              "involvedObject.apiVersion",
-                              "involvedObject.resourceVersion",
-                              "involvedObject.fieldPath",
-                              "reason",
-                              "reportingComponent",
-                              "source",
-                              "type"};
-  events.builtin = true;
-  types.push_back(events);
-
-  ResourceType leases;
-  leases.group = "coordination.k8s.io";
-  leases.version = "v1";
-  leases.plural = "leases";
-  leases.singular = "lease";
-  leases.kind = "Lease";
-  leases.list_kind = "LeaseList";
-  leases.columns = {{"Holder", "string", "", "", ".spec.holderIdentity", 0}, age_column()};
-  leases.builtin = true;
-  types.push_back(leases);
-
-  ResourceType crds;
-  crds.group = "apiextensions.k8s.io";
-  crds.version = "v1";
-  crds.plural = "customresourcedefinitions";
-  crds.singular = "customresourcedefinition";
-  crds.kind = "CustomResourceDefinition";
-  crds.list_kind = "CustomResourceDefinitionList";
-  crds.namespaced = false;
-  crds.short_names = {"crd", "crds"};
-  crds.categories = {"api-extensions"};
-  crds.status_subresource = true;
-  crds.columns = {{"Created At", "date", "", "", ".metadata.creationTimestamp", 0}};
-  crds.builtin = true;
-  types.push_back(crds);
-  return types;
+  return {
+      ResourceType{
+          .version = "v1",
+          .plural = "namespaces",
+          .singular = "namespace",
+          .kind = "Namespace",
+          .list_kind = "NamespaceList",
+          .namespaced = false,
+          .short_names = {"ns"},
+          .status_subresource = true,
+          .columns = {{"Status", "string", "", "The status of the namespace", ".status.phase", 0}, age_column()},
+          .selectable_fields = {"status.phase"},
+          .builtin = true},
+      ResourceType{
+          .version = "v1",
+          .plural = "events",
+          .singular = "event",
+          .kind = "Event",
+          .list_kind = "EventList",
+          .short_names = {"ev"},
+          .columns = {{"Last Seen", "date", "", "", ".lastTimestamp", 0},
+                      {"Type", "string", "", "", ".type", 0},
+                      {"Reason", "string", "", "", ".reason", 0},
+                      {"Object", "string", "", "", ".involvedObject.name", 0},
+                      {"Message", "string", "", "", ".message", 0}},
+          .selectable_fields = {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+                                "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
+                                "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"},
+          .builtin = true},
+      ResourceType{.group = "coordination.k8s.io",
+                   .version = "v1",
+                   .plural = "leases",
+                   .singular = "lease",
+                   .kind = "Lease",
+                   .list_kind = "LeaseList",
+                   .columns = {{"Holder", "string", "", "", ".spec.holderIdentity", 0}, age_column()},
+                   .builtin = true},
+      ResourceType{.group = "apiextensions.k8s.io",
+                   .version = "v1",
+                   .plural = "customresourcedefinitions",
+                   .singular = "customresourcedefinition",
+                   .kind = "CustomResourceDefinition",
+                   .list_kind = "CustomResourceDefinitionList",
+                   .namespaced = false,
+                   .short_names = {"crd", "crds"},
+                   .categories = {"api-extensions"},
+                   .status_subresource = true,
+                   .columns = {{"Created At", "date", "", "", ".metadata.creationTimestamp", 0}},
+                   .builtin = true},
+  };
 }
 
 std::vector<ResourceType> types_from_crd(const json& crd, std::vector<CrdProblem>& problems) {
