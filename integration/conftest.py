@@ -31,6 +31,18 @@ def require_kubectl():
         pytest.skip("kubectl is not installed")
 
 
+def terminate(process, timeout=10):
+    """SIGTERM, then SIGKILL if it has not exited within `timeout`; the exit code."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
 class KubeSim:
     """A running k8s4r-kube-sim with a kubeconfig, and ways to talk to it:
     kubectl, raw HTTP, and the admin endpoints."""
@@ -60,13 +72,7 @@ class KubeSim:
                         if "server:" in line)
 
     def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process)
         self.log.close()
 
     # ---- kubectl ----------------------------------------------------------------
@@ -146,3 +152,125 @@ def tls_files(tmp_path):
     run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
         "server.crt", "-days", "1", "-extfile", "san.ext")
     return {"ca": str(directory / "ca.crt"), "cert": str(directory / "server.crt"), "key": str(directory / "server.key")}
+
+
+# ---- MQTT: a real Mosquitto, an observer client, and the agent --------------------
+
+def free_port():
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(predicate, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Broker:
+    """A Mosquitto broker on a free loopback port; stop() and start() again
+    keep the port, as a restarted broker on a robot's network would."""
+
+    def __init__(self, workdir):
+        self.workdir = pathlib.Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.config = self.workdir / "mosquitto.conf"
+        self.config.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\n")
+        self.url = f"tcp://127.0.0.1:{self.port}"
+        self.process = None
+        self.start()
+
+    def start(self):
+        import socket
+        self.log = open(self.workdir / "mosquitto.log", "a")
+        self.process = subprocess.Popen(["mosquitto", "-c", str(self.config)], stdout=self.log, stderr=subprocess.STDOUT)
+
+        def listening():
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return True
+            except OSError:
+                if self.process.poll() is not None:
+                    raise AssertionError("mosquitto exited: " + (self.workdir / "mosquitto.log").read_text())
+                return False
+        wait_until(listening, 10, "mosquitto to listen")
+
+    def stop(self):
+        if self.process:
+            terminate(self.process)
+            self.log.close()
+        self.process = None
+
+
+class Observer:
+    """An MQTT client that records every message on its subscriptions, as an
+    operator's `mosquitto_sub -v -t 'k8s4r/#'` would, and can publish."""
+
+    def __init__(self, broker, topics=("k8s4r/#",), client_id=""):
+        import threading
+        import paho.mqtt.client as mqtt
+        self.messages = []  # (topic, payload bytes, retain)
+        self.lock = threading.Lock()
+        self.connected = threading.Event()
+        self.client = mqtt.Client(client_id=client_id, clean_session=True)
+        self.topics = topics
+
+        def on_connect(client, userdata, flags, rc):
+            for topic in self.topics:
+                client.subscribe(topic, qos=1)
+            self.connected.set()
+
+        def on_message(client, userdata, message):
+            with self.lock:
+                self.messages.append((message.topic, message.payload, bool(message.retain)))
+
+        self.client.on_connect = on_connect
+        self.client.on_message = on_message
+        self.client.connect("127.0.0.1", broker.port)
+        self.client.loop_start()
+        assert self.connected.wait(10), "observer did not connect"
+        time.sleep(0.1)  # let the SUBACK arrive
+
+    def close(self):
+        self.client.loop_stop()
+        self.client.disconnect()
+
+    def publish(self, topic, payload, qos=1, retain=False):
+        if not isinstance(payload, (bytes, str)):
+            payload = json.dumps(payload)
+        self.client.publish(topic, payload, qos=qos, retain=retain).wait_for_publish(10)
+
+    def on(self, topic):
+        with self.lock:
+            return [payload for t, payload, _ in self.messages if t == topic]
+
+    def json_on(self, topic):
+        return [json.loads(payload) for payload in self.on(topic)]
+
+    def wait_for(self, topic, predicate=lambda message: True, timeout=10.0):
+        """The first JSON message on `topic` for which predicate holds."""
+        def found():
+            return next((m for m in self.json_on(topic) if predicate(m)), None)
+        return wait_until(found, timeout, f"a matching message on {topic}")
+
+
+@pytest.fixture
+def broker(tmp_path):
+    running = Broker(tmp_path / "broker")
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def observer(broker):
+    client = Observer(broker)
+    yield client
+    client.close()

@@ -68,6 +68,13 @@ if [[ -x $BIN/k8s4r-kube-sim ]]; then
 fi
 
 # ---- the k8s4r components -----------------------------------------------------
+if [[ -x $BIN/k8s4r-agent ]]; then
+  "$BIN/k8s4r-agent" --broker-url "tcp://127.0.0.1:$MQTT_PORT" --robot-id robot-001 --work-dir "$WORK/agent" \
+    --heartbeat-interval 2s --labels zone=lab-a >"$WORK/agent.log" 2>&1 &
+  PIDS+=($!)
+  log "k8s4r-agent started as robot-001 (work dir $WORK/agent)"
+fi
+
 missing=()
 for component in "k8s4r-bridge:not filed yet" "k8s4r-agent:issue 5" "k8s4r-manager:not filed yet"; do
   name=${component%%:*}
@@ -80,8 +87,9 @@ done
 
 if ((${#missing[@]})); then
   log "the Job is stored, but nothing runs it until these exist: ${missing[*]}"
-  log "so it stays without status; the wire contract the robots will use is in docs/protocol.md"
-  sleep 1
-  log "MQTT traffic seen: $(wc -l <"$WORK/mqtt.log") messages (none expected without an agent)"
+  log "so it stays without status; the wire contract the robots use is in docs/protocol.md"
+  sleep 3
+  log "MQTT traffic seen so far (the agent registers, says online and heartbeats; nobody answers yet):"
+  cut -c1-200 "$WORK/mqtt.log" >&2
   exit 0
 fi

@@ -63,9 +63,15 @@ std::vector<Setting> settings() {
          c.robot_id = v;
          return std::nullopt;
        }},
-      {"token", "credential sent with register and heartbeat",
+      {"token", "credential: sent in register and heartbeat, and as the MQTT password (user name: the robot id)",
        [](AgentConfig& c, const std::string& v) -> std::optional<std::string> {
          c.token = v;
+         return std::nullopt;
+       }},
+      {"ca-file", "PEM CA bundle to verify an ssl:// broker (default: the system's)",
+       [](AgentConfig& c, const std::string& v) -> std::optional<std::string> {
+         if (!std::filesystem::exists(v)) return "no such file: '" + v + "'";
+         c.ca_file = v;
          return std::nullopt;
        }},
       {"work-dir", "state: journal, queued reports, task directories",

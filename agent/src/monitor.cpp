@@ -2,6 +2,7 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cerrno>
@@ -35,8 +36,10 @@ Monitor::~Monitor() {
   for (auto& [uid, child] : children_) {
     // Nothing may outlive its monitor unwatched.
     static_cast<void>(signal_process_group(child.pid, SIGKILL));
-    siginfo_t info{};
-    waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child.pidfd), &info, WEXITED);
+    if (!child.adopted) {
+      siginfo_t info{};
+      waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child.pidfd), &info, WEXITED);
+    }
     close(child.pidfd);
   }
   close(wake_fd_);
@@ -55,15 +58,31 @@ Result<pid_t> Monitor::launch(const std::string& task_uid, const ProcessSpec& sp
   auto spawned = spawn_process(spec);
   if (!spawned) return spawned.error();
   const SpawnedProcess process = spawned.value();
+  watch(task_uid, Child{process.pid, process.pidfd, std::nullopt}, std::chrono::steady_clock::now(), timeout,
+        kill_timeout);
+  return process.pid;
+}
+
+Result<void> Monitor::adopt(const std::string& task_uid, pid_t pid, SteadyTime started,
+                            std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout) {
+  std::lock_guard lock(mutex_);
+  if (children_.count(task_uid)) return Error{"taskUid", task_uid + " is already running"};
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return Error{"pid", "cannot watch pid " + std::to_string(pid) + ": " + std::strerror(errno)};
+  watch(task_uid, Child{pid, pidfd, std::nullopt, true}, started, timeout, kill_timeout);
+  return ok();
+}
+
+void Monitor::watch(const std::string& task_uid, Child child, SteadyTime started,
+                    std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout) {
   epoll_event event{};
   event.events = EPOLLIN;
-  event.data.fd = process.pidfd;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, process.pidfd, &event);
-  children_[task_uid] = Child{process.pid, process.pidfd, std::nullopt};
-  task_by_fd_[process.pidfd] = task_uid;
-  schedule_.track(task_uid, std::chrono::steady_clock::now(), timeout, kill_timeout);
+  event.data.fd = child.pidfd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, child.pidfd, &event);
+  task_by_fd_[child.pidfd] = task_uid;
+  children_[task_uid] = child;
+  schedule_.track(task_uid, started, timeout, kill_timeout);
   wake();  // the nearest deadline may have moved
-  return process.pid;
 }
 
 bool Monitor::stop_task(const std::string& task_uid, StopReason reason) {
@@ -111,14 +130,15 @@ void Monitor::loop() {
         }
         auto uid = task_by_fd_.find(fd);
         if (uid == task_by_fd_.end()) continue;
-        auto status = reap(fd);
-        if (!status) continue;
         const std::string task_uid = uid->second;
         Child& child = children_.at(task_uid);
+        // An adopted process is not ours to reap; readable means it ended.
+        auto status = child.adopted ? std::optional<ExitStatus>(ExitStatus{}) : reap(fd);
+        if (!status) continue;
         // A stopped task's leader is gone; whatever of its group ignored
         // SIGTERM must not live on unwatched.
         if (child.stopped_by) static_cast<void>(signal_process_group(child.pid, SIGKILL));
-        exits.push_back({task_uid, *status, child.stopped_by, std::chrono::steady_clock::now()});
+        exits.push_back({task_uid, *status, child.stopped_by, std::chrono::steady_clock::now(), !child.adopted});
         epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
         close(fd);
         task_by_fd_.erase(uid);

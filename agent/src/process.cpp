@@ -37,13 +37,12 @@ Result<SpawnedProcess> spawn_process(const ProcessSpec& spec) {
   posix_spawnattr_setsigmask(&attributes, &none);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  const int output_flags = O_WRONLY | O_CREAT | O_APPEND | (spec.append_output ? 0 : O_TRUNC);
   if (!spec.stdout_path.empty()) {
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0640);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, spec.stdout_path.c_str(), output_flags, 0640);
   }
   if (!spec.stderr_path.empty()) {
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, spec.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0640);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, spec.stderr_path.c_str(), output_flags, 0640);
   }
   if (!spec.working_dir.empty()) posix_spawn_file_actions_addchdir_np(&actions, spec.working_dir.c_str());
 

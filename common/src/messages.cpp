@@ -412,15 +412,14 @@ json to_json_value(const Register& message) {
   put_string(j, "agentVersion", message.agent_version);
   if (!message.labels.empty()) j["labels"] = message.labels;
   if (message.device_info) j["deviceInfo"] = device_info_json(*message.device_info);
-  if (!message.running_tasks.empty()) {
-    json tasks = json::array();
-    for (const RunningTask& task : message.running_tasks) {
-      json t = {{"taskUid", task.task_uid}, {"state", to_string(task.state)}};
-      put_optional(t, "seq", task.seq);
-      tasks.push_back(std::move(t));
-    }
-    j["runningTasks"] = std::move(tasks);
+  // Always present: "holds no tasks" must not read as a Go agent's silence.
+  json tasks = json::array();
+  for (const RunningTask& task : message.running_tasks) {
+    json t = {{"taskUid", task.task_uid}, {"state", to_string(task.state)}};
+    put_optional(t, "seq", task.seq);
+    tasks.push_back(std::move(t));
   }
+  j["runningTasks"] = std::move(tasks);
   put_time(j, "timestamp", message.timestamp);
   return j;
 }

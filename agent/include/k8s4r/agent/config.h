@@ -21,7 +21,8 @@ namespace k8s4r::agent {
 struct AgentConfig {
   std::string broker_url;                   // broker-url (required): tcp://host:1883, ssl://host:8883
   std::string robot_id;                     // robot-id (required): a DNS-1123 label
-  std::string token;                        // token
+  std::string token;                        // token: in register and heartbeat, and the MQTT password
+  std::string ca_file;                      // ca-file: CA bundle for ssl:// brokers
   std::string work_dir = "/var/lib/k8s4r";  // work-dir: journal, report queue, task directories
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(30);   // heartbeat-interval (Go duration)
   std::map<std::string, std::string> labels;                                // labels: k=v,k2=v2

@@ -29,6 +29,7 @@ struct JournalEntry {
   std::uint64_t process_start = 0;  // /proc/<pid>/stat starttime, in clock ticks since boot
   std::int64_t last_seq = 0;        // the last seq handed out for this task
   nlohmann::json dispatch;          // the Dispatch that created the task
+  nlohmann::json last_report;       // the last TaskStatus made for it (null before the first)
 };
 
 class Journal {

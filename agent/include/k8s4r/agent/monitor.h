@@ -30,6 +30,9 @@ struct TaskExit {
   ExitStatus status;
   std::optional<StopReason> stopped_by;  // set when the agent signalled it
   SteadyTime exited_at;
+  // False for an adopted process: it is not our child, so the kernel keeps
+  // its exit status from us and `status` is meaningless.
+  bool status_known = true;
 };
 
 struct MonitorCallbacks {
@@ -49,6 +52,11 @@ class Monitor {
   // `timeout` after now. Refuses a uid that is already running.
   Result<pid_t> launch(const std::string& task_uid, const ProcessSpec& spec,
                        std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout);
+  // Watches a process an earlier run of the agent started, which outlived it
+  // (found through the journal). It is not our child: its end is seen, its
+  // exit status is not. Its deadline is `timeout` after `started`.
+  Result<void> adopt(const std::string& task_uid, pid_t pid, SteadyTime started,
+                     std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout);
   // SIGTERM to the task's process group now, SIGKILL kill_timeout later.
   // False when no such task runs.
   bool stop_task(const std::string& task_uid, StopReason reason);
@@ -59,7 +67,10 @@ class Monitor {
     pid_t pid;
     int pidfd;
     std::optional<StopReason> stopped_by;
+    bool adopted = false;
   };
+  void watch(const std::string& task_uid, Child child, SteadyTime started,
+             std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout);
   void loop();
   void wake();
 

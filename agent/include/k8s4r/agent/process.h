@@ -20,7 +20,8 @@ struct ProcessSpec {
   std::vector<std::string> args;
   std::map<std::string, std::string> env;  // the whole environment of the child
   std::string working_dir;
-  std::string stdout_path, stderr_path;  // created or truncated
+  std::string stdout_path, stderr_path;  // created, opened O_APPEND so the agent may cap them
+  bool append_output = false;            // keep what the files hold (a restart); else truncate
 };
 
 struct SpawnedProcess {

@@ -1,0 +1,142 @@
+// The agent daemon: everything between the MQTT link and the task processes.
+//
+// It connects (reconnecting with backoff), announces presence, registers
+// until the bridge answers, heartbeats, and turns dispatches into tasks: fetch
+// artifacts, start the process under the Monitor, apply the restart policy,
+// and report every state change with a seq that grows across restarts. Each
+// report goes through the on-disk ReportQueue and is forgotten only when the
+// broker acknowledged it. The Journal remembers every task, so after a crash
+// the agent adopts tasks still running and reports the rest failed with
+// reason AgentRestarted; no task runs twice.
+//
+// Threading: one thread, the EventLoop's, runs all of this. MQTT callbacks,
+// process exits and finished downloads arrive on other threads and are posted
+// to the loop. Construct, start() and shutdown() on the loop's thread (or
+// before run()).
+// Ownership: the Agent owns the link, the monitor, the journal and the queue.
+#pragma once
+
+#include "k8s4r/agent/artifacts.h"
+#include "k8s4r/agent/config.h"
+#include "k8s4r/agent/event_loop.h"
+#include "k8s4r/agent/journal.h"
+#include "k8s4r/agent/monitor.h"
+#include "k8s4r/agent/mqtt_link.h"
+#include "k8s4r/agent/report_queue.h"
+#include "k8s4r/agent/restart_tracker.h"
+#include "k8s4r/common/messages.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+namespace k8s4r::agent {
+
+// What the agent needs from the world besides MQTT; main() fills it.
+struct AgentHooks {
+  // sd_notify(3) state strings: "READY=1", "WATCHDOG=1", "STOPPING=1", "STATUS=...".
+  std::function<void(const std::string&)> notify;
+  // Half the systemd watchdog timeout, or nullopt when the watchdog is off.
+  std::optional<std::chrono::microseconds> watchdog_interval;
+};
+
+class Agent {
+ public:
+  using LinkFactory = std::function<std::unique_ptr<MqttLink>(MqttLinkEvents)>;
+
+  // Opens the work dir, the journal and the report queue; throws
+  // std::runtime_error naming what is unusable.
+  Agent(AgentConfig config, EventLoop& loop, LinkFactory make_link, AgentHooks hooks = {});
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Restores the journal's tasks, then connects.
+  void start();
+  // Stops accepting tasks, stops the running ones (SIGTERM, then SIGKILL),
+  // reports them, flushes the report queue (bounded wait), says offline and
+  // disconnects; then stops the loop.
+  void shutdown();
+
+ private:
+  enum class Phase { fetching, running, waiting_restart, finished };
+  struct Task {
+    std::string uid, name;
+    TaskSpec spec;
+    nlohmann::json dispatch;
+    Phase phase = Phase::fetching;
+    RestartTracker restarts{std::nullopt};
+    std::int64_t earlier_restarts = 0;  // made before the agent restarted
+    pid_t pid = 0;
+    std::uint64_t process_start = 0;
+    bool adopted = false;
+    std::optional<StopReason> stop_requested;  // while fetching or waiting to restart
+    EventLoop::TimerId restart_timer = 0;
+    std::optional<Timestamp> started_at;
+    std::optional<TaskStatus> last_report;
+    std::int64_t last_seq = 0;
+  };
+
+  // Connection
+  void feed_watchdog();
+  void connect();
+  void on_connected();
+  void on_connect_failed(const std::string& cause);
+  void on_connection_lost(const std::string& cause);
+  void schedule_reconnect();
+  void send_register();
+  void send_heartbeat();
+  void on_message(const std::string& topic, const std::string& payload);
+  void on_register_response(const std::string& payload);
+
+  // Tasks
+  void on_dispatch(const std::string& payload);
+  void refuse_dispatch(const std::string& payload, const Error& error);
+  void create_task(const Dispatch& dispatch);
+  void start_process(Task& task);
+  void on_artifacts(const std::string& uid, Result<void> outcome);
+  void on_exit(const TaskExit& exit);
+  void stop(Task& task, StopReason reason);
+  void finish(Task& task, TaskStatus status);
+  void restore();
+  void kill_orphans();
+  std::string task_dir(const std::string& uid) const;
+  ProcessSpec process_spec(const Task& task) const;
+
+  // Reports
+  void report(Task& task, TaskStatus status);
+  void drain();
+  void publish_presence(bool online, Completion done);
+  void check_shutdown_progress();
+  void finish_shutdown();
+  void save(const Task& task);
+  void prune_finished();
+
+  AgentConfig config_;
+  EventLoop& loop_;
+  AgentHooks hooks_;
+  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<ReportQueue> queue_;
+  std::map<std::string, Task> tasks_;
+  std::unique_ptr<ArtifactWorker> artifacts_;
+  std::unique_ptr<Monitor> monitor_;
+  std::unique_ptr<MqttLink> link_;
+
+  bool connected_ = false;
+  bool ready_notified_ = false;
+  bool registered_ = false;
+  std::uint64_t generation_ = 0;  // counts connections; stale completions are ignored
+  std::chrono::milliseconds reconnect_backoff_{0}, register_backoff_{0};
+  EventLoop::TimerId reconnect_timer_ = 0, register_timer_ = 0, heartbeat_timer_ = 0, retry_drain_timer_ = 0;
+  std::set<std::uint64_t> in_flight_;
+  Timestamp connected_at_{};
+
+  bool shutting_down_ = false;
+  bool shutdown_finished_ = false;
+  std::optional<EventLoop::Clock::time_point> flush_deadline_;
+};
+
+}  // namespace k8s4r::agent

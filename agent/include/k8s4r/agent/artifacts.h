@@ -1,0 +1,60 @@
+// A task's artifacts, fetched before its process starts: each getterSource
+// (http, https or file URL) is downloaded with libcurl, its checksum verified
+// when getterOptions has one ("sha256:HEX" or "sha512:HEX"), and only then
+// moved into place under the task directory. A failure leaves no partial file
+// behind and names the artifact and the cause.
+//
+// Threading: the functions are blocking and hold no state; the agent runs
+// them on its one download thread (ArtifactWorker) so its loop never waits on
+// the network.
+#pragma once
+
+#include "k8s4r/common/messages.h"
+#include "k8s4r/common/result.h"
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace k8s4r::agent {
+
+// Where an artifact lands. With getterMode "file" relativeDest is the file
+// itself; otherwise (Nomad's default) a directory the file goes into under its
+// own name. An absolute path or a ".." that leaves the task directory is
+// refused.
+Result<std::string> artifact_destination(const Artifact& artifact, const std::string& task_dir);
+
+// Downloads `artifact` into the task directory and verifies it.
+Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_dir);
+
+// One thread that fetches tasks' artifacts in order. `done` runs on that
+// thread with the first error, if any.
+class ArtifactWorker {
+ public:
+  ArtifactWorker();
+  ~ArtifactWorker();  // finishes the fetch in progress, drops the rest
+  ArtifactWorker(const ArtifactWorker&) = delete;
+  ArtifactWorker& operator=(const ArtifactWorker&) = delete;
+
+  void fetch(std::vector<Artifact> artifacts, std::string task_dir, std::function<void(Result<void>)> done);
+
+ private:
+  struct Job {
+    std::vector<Artifact> artifacts;
+    std::string task_dir;
+    std::function<void(Result<void>)> done;
+  };
+  void loop();
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace k8s4r::agent

@@ -1,0 +1,57 @@
+// The agent's one narrow view of MQTT, so the agent's logic can be driven by
+// a fake in unit tests and by Paho (MQTT 5) on a robot.
+//
+// Threading: every method may be called from any thread and never blocks,
+// except disconnect(). Callbacks run on the link's own threads (Paho's); the
+// agent posts them to its event loop and returns at once.
+// Ownership: the link must outlive every callback it was given; destroying it
+// drops the connection without a clean disconnect.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace k8s4r::agent {
+
+struct MqttLinkEvents {
+  std::function<void()> connected;
+  std::function<void(const std::string& cause)> connect_failed;
+  std::function<void(const std::string& cause)> connection_lost;
+  std::function<void(const std::string& topic, const std::string& payload)> message;
+};
+
+// Called once with whether the broker acknowledged (QoS 1: PUBACK or SUBACK).
+using Completion = std::function<void(bool ok, const std::string& error)>;
+
+class MqttLink {
+ public:
+  virtual ~MqttLink() = default;
+  // One connection attempt; ends in events.connected or events.connect_failed.
+  // The agent, not the link, decides when to try again.
+  virtual void connect() = 0;
+  virtual void subscribe(const std::vector<std::string>& filters, int qos, Completion done) = 0;
+  virtual void publish(const std::string& topic, const std::string& payload, int qos, bool retain, Completion done) = 0;
+  // A clean MQTT DISCONNECT (the broker then drops the last will), waiting at
+  // most `timeout`.
+  virtual void disconnect(std::chrono::milliseconds timeout) = 0;
+};
+
+struct PahoSettings {
+  std::string broker_url;
+  std::string client_id;
+  std::string username, password;  // empty: none
+  std::string will_topic, will_payload;
+  std::chrono::seconds keep_alive{30};
+  // A persistent session: the broker keeps the agent's subscriptions and the
+  // QoS 1 dispatches sent to it while it is away, for this long.
+  std::chrono::seconds session_expiry{24 * 3600};
+  std::string ca_file;  // for ssl:// brokers; empty: the system's CAs
+};
+
+// Throws std::invalid_argument for a URL or client id Paho refuses (startup).
+std::unique_ptr<MqttLink> make_paho_link(const PahoSettings& settings, MqttLinkEvents events);
+
+}  // namespace k8s4r::agent

@@ -1,0 +1,793 @@
+#include "k8s4r/agent/agent.h"
+
+#include "k8s4r/agent/device_info.h"
+#include "k8s4r/agent/task_logs.h"
+#include "k8s4r/common/duration.h"
+#include "k8s4r/common/identifiers.h"
+#include "k8s4r/common/topics.h"
+
+#include <spdlog/spdlog.h>
+
+#include <dirent.h>
+#include <pwd.h>
+#include <unistd.h>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+namespace k8s4r::agent {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+#ifndef K8S4R_VERSION
+#define K8S4R_VERSION "0.0.0"
+#endif
+
+constexpr auto kMaxReconnectBackoff = 30s;
+constexpr auto kMaxRegisterBackoff = 60s;
+constexpr std::size_t kMaxInFlightReports = 64;
+constexpr auto kFlushTimeout = 5s;
+// Finished tasks are remembered so a late duplicate dispatch is answered with
+// the task's final state instead of running it again.
+constexpr std::size_t kFinishedTasksKept = 256;
+
+Timestamp now_utc() { return std::chrono::time_point_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now()); }
+
+// Doubles `backoff` up to `cap`, and returns it with ±20% jitter so a fleet
+// that lost its broker together does not come back in lockstep.
+std::chrono::milliseconds next_backoff(std::chrono::milliseconds& backoff, std::chrono::milliseconds first,
+                                       std::chrono::milliseconds cap) {
+  backoff = backoff.count() == 0 ? first : std::min(cap, backoff * 2);
+  static thread_local std::mt19937 random{std::random_device{}()};
+  std::uniform_real_distribution<double> jitter(0.8, 1.2);
+  return std::chrono::milliseconds(static_cast<long long>(static_cast<double>(backoff.count()) * jitter(random)));
+}
+
+std::string describe(const ExitStatus& status) {
+  if (status.signal != 0) {
+    const char* name = sigabbrev_np(status.signal);
+    return std::string("killed by SIG") + (name ? name : std::to_string(status.signal));
+  }
+  return "exited with code " + std::to_string(status.exit_code);
+}
+
+TaskStatus failure(std::string reason, std::string event, std::string message) {
+  TaskStatus status;
+  status.state = TaskRunState::failed;
+  status.reason = std::move(reason);
+  status.event = std::move(event);
+  status.message = std::move(message);
+  return status;
+}
+
+// A task uid from a dispatch that did not parse, when one can be read safely.
+std::optional<std::string> readable_task_uid(const std::string& payload) {
+  if (payload.size() > kMaxPayloadBytes) return std::nullopt;
+  const auto document = nlohmann::json::parse(payload, nullptr, false);
+  if (document.is_discarded() || !document.is_object()) return std::nullopt;
+  const auto task = document.find("task");
+  if (task == document.end() || !task->is_object()) return std::nullopt;
+  const auto metadata = task->find("metadata");
+  if (metadata == task->end() || !metadata->is_object()) return std::nullopt;
+  const auto uid = metadata->find("uid");
+  if (uid == metadata->end() || !uid->is_string()) return std::nullopt;
+  const std::string text = uid->get<std::string>();
+  if (!validate_identifier(text)) return std::nullopt;
+  return text;
+}
+
+}  // namespace
+
+Agent::Agent(AgentConfig config, EventLoop& loop, LinkFactory make_link, AgentHooks hooks)
+    : config_(std::move(config)), loop_(loop), hooks_(std::move(hooks)) {
+  std::error_code error;
+  fs::create_directories(fs::path(config_.work_dir) / "tasks", error);
+  if (error) throw std::runtime_error("work dir " + config_.work_dir + ": " + error.message());
+  auto journal = Journal::open((fs::path(config_.work_dir) / "journal.json").string());
+  if (!journal) throw std::runtime_error(journal.error().message);
+  journal_ = std::make_unique<Journal>(std::move(journal).value());
+  auto queue = ReportQueue::open((fs::path(config_.work_dir) / "reports").string(), config_.max_queued_reports);
+  if (!queue) throw std::runtime_error(queue.error().message);
+  queue_ = std::make_unique<ReportQueue>(std::move(queue).value());
+  artifacts_ = std::make_unique<ArtifactWorker>();
+  monitor_ = std::make_unique<Monitor>(
+      MonitorCallbacks{[this](const TaskExit& exit) { loop_.post([this, exit] { on_exit(exit); }); },
+                       [](const SignalAction& action, std::chrono::nanoseconds lateness) {
+                         spdlog::info("task {}: sent {} ({}), {} µs after its deadline", action.task_uid,
+                                      action.signal == SIGKILL ? "SIGKILL" : "SIGTERM", to_string(action.reason),
+                                      std::chrono::duration_cast<std::chrono::microseconds>(lateness).count());
+                       }});
+  MqttLinkEvents events;
+  events.connected = [this] { loop_.post([this] { on_connected(); }); };
+  events.connect_failed = [this](const std::string& cause) { loop_.post([this, cause] { on_connect_failed(cause); }); };
+  events.connection_lost = [this](const std::string& cause) {
+    loop_.post([this, cause] { on_connection_lost(cause); });
+  };
+  events.message = [this](const std::string& topic, const std::string& payload) {
+    loop_.post([this, topic, payload] { on_message(topic, payload); });
+  };
+  link_ = make_link(std::move(events));
+}
+
+Agent::~Agent() {
+  // The link's and the monitor's threads stop before the state they post to.
+  link_.reset();
+  monitor_.reset();
+  artifacts_.reset();
+}
+
+std::string Agent::task_dir(const std::string& uid) const {
+  return (fs::path(config_.work_dir) / "tasks" / uid).string();
+}
+
+// ---- start and connection ----------------------------------------------------
+
+void Agent::start() {
+  restore();
+  kill_orphans();
+  if (hooks_.watchdog_interval) feed_watchdog();
+  spdlog::info("agent {} for robot {}: {} task(s) from the journal, {} report(s) queued", K8S4R_VERSION,
+               config_.robot_id, tasks_.size(), queue_->size());
+  connect();
+}
+
+void Agent::feed_watchdog() {
+  if (hooks_.notify) hooks_.notify("WATCHDOG=1");
+  loop_.after(*hooks_.watchdog_interval, [this] { feed_watchdog(); });
+}
+
+void Agent::connect() {
+  reconnect_timer_ = 0;
+  if (shutting_down_) return;
+  spdlog::info("connecting to {}", config_.broker_url);
+  link_->connect();
+}
+
+void Agent::schedule_reconnect() {
+  if (shutting_down_ || reconnect_timer_ != 0) return;
+  const auto wait = next_backoff(reconnect_backoff_, 500ms, kMaxReconnectBackoff);
+  reconnect_timer_ = loop_.after(wait, [this] { connect(); });
+}
+
+void Agent::on_connect_failed(const std::string& cause) {
+  spdlog::warn("cannot connect to {}: {}", config_.broker_url, cause);
+  schedule_reconnect();
+}
+
+void Agent::on_connection_lost(const std::string& cause) {
+  if (!connected_) return;
+  spdlog::warn("lost the broker: {}", cause);
+  connected_ = false;
+  registered_ = false;
+  in_flight_.clear();  // whatever was unacknowledged is published again
+  for (auto* timer : {&register_timer_, &heartbeat_timer_, &retry_drain_timer_}) {
+    loop_.cancel(*timer);
+    *timer = 0;
+  }
+  if (shutting_down_) {
+    check_shutdown_progress();
+    return;
+  }
+  schedule_reconnect();
+}
+
+void Agent::on_connected() {
+  connected_ = true;
+  ++generation_;
+  reconnect_backoff_ = {};
+  register_backoff_ = {};
+  connected_at_ = now_utc();
+  spdlog::info("connected to {}", config_.broker_url);
+  const std::uint64_t generation = generation_;
+  // Subscriptions survive in a persistent session, but not a broker restart
+  // without persistence; subscribing again is harmless.
+  link_->subscribe({topics::response(config_.robot_id).value(), topics::dispatch(config_.robot_id).value()}, 1,
+                   [this, generation](bool ok, const std::string& error) {
+                     loop_.post([this, generation, ok, error] {
+                       if (generation != generation_ || !connected_) return;
+                       if (!ok) {
+                         spdlog::error("subscribing to this robot's topics failed: {}", error);
+                         return;
+                       }
+                       if (!ready_notified_ && hooks_.notify) hooks_.notify("READY=1\nSTATUS=connected");
+                       ready_notified_ = true;
+                     });
+                   });
+  publish_presence(true, nullptr);
+  send_register();
+  send_heartbeat();
+  drain();
+}
+
+void Agent::publish_presence(bool online, Completion done) {
+  Presence presence{config_.robot_id, online, connected_at_};
+  link_->publish(topics::presence(config_.robot_id).value(), encode(presence), 1, true,
+                 done ? std::move(done) : Completion([](bool, const std::string&) {}));
+}
+
+void Agent::send_register() {
+  register_timer_ = 0;
+  if (!connected_ || registered_ || shutting_down_) return;
+  Register message;
+  message.robot_id = config_.robot_id;
+  message.token = config_.token;
+  message.agent_version = K8S4R_VERSION;
+  message.labels = config_.labels;
+  message.device_info = collect_device_info();
+  message.timestamp = now_utc();
+  for (const auto& [uid, task] : tasks_) {
+    RunningTask entry{uid, TaskRunState::running, task.last_seq > 0 ? std::optional(task.last_seq) : std::nullopt};
+    if (task.last_report) entry.state = task.last_report->state;
+    message.running_tasks.push_back(entry);
+  }
+  link_->publish(std::string(topics::kRegister), encode(message), 1, false, [](bool ok, const std::string& error) {
+    if (!ok) spdlog::warn("publishing register failed: {}", error);
+  });
+  // Until a RegisterResponse arrives, ask again with backoff.
+  const auto wait = next_backoff(register_backoff_, 2s, kMaxRegisterBackoff);
+  register_timer_ = loop_.after(wait, [this] { send_register(); });
+}
+
+void Agent::send_heartbeat() {
+  loop_.cancel(heartbeat_timer_);
+  heartbeat_timer_ = 0;
+  if (!connected_ || shutting_down_) return;
+  Heartbeat beat;
+  beat.robot_id = config_.robot_id;
+  beat.token = config_.token;
+  beat.timestamp = now_utc();
+  for (const auto& [uid, task] : tasks_) {
+    if (task.phase == Phase::running) {
+      beat.running_tasks.push_back(uid);
+      // A chatty task's logs are kept in bounds here, between heartbeats.
+      for (const char* stream : {"stdout.log", "stderr.log"}) {
+        const std::string path = (fs::path(task_dir(uid)) / stream).string();
+        if (cap_log(path, config_.max_log_bytes))
+          spdlog::info("task {}: {} rotated at {} bytes", uid, stream, config_.max_log_bytes);
+      }
+    }
+  }
+  link_->publish(std::string(topics::kHeartbeat), encode(beat), 1, false, [](bool ok, const std::string& error) {
+    if (!ok) spdlog::warn("publishing heartbeat failed: {}", error);
+  });
+  heartbeat_timer_ = loop_.after(config_.heartbeat_interval, [this] { send_heartbeat(); });
+}
+
+void Agent::on_message(const std::string& topic, const std::string& payload) {
+  auto parsed = topics::parse_topic(topic);
+  if (!parsed || parsed.value().robot_id != config_.robot_id) {
+    spdlog::warn("ignoring a message on {}: not one of this robot's topics", topic);
+    return;
+  }
+  switch (parsed.value().kind) {
+    case topics::TopicKind::response:
+      on_register_response(payload);
+      break;
+    case topics::TopicKind::dispatch:
+      on_dispatch(payload);
+      break;
+    default:
+      spdlog::warn("ignoring a message on {}", topic);
+  }
+}
+
+void Agent::on_register_response(const std::string& payload) {
+  auto response = parse_register_response(payload);
+  if (!response) {
+    spdlog::warn("ignoring a register response: {}: {}", response.error().field, response.error().message);
+    return;
+  }
+  if (!response.value().success) {
+    spdlog::warn("the bridge refused registration: {}; trying again", response.value().message);
+    return;  // the register timer asks again, with backoff
+  }
+  if (!response.value().robot_id.empty() && response.value().robot_id != config_.robot_id) {
+    spdlog::warn("ignoring a register response for robot {}", response.value().robot_id);
+    return;
+  }
+  registered_ = true;
+  loop_.cancel(register_timer_);
+  register_timer_ = 0;
+  register_backoff_ = {};
+  spdlog::info("registered{}{}", response.value().message.empty() ? "" : ": ", response.value().message);
+}
+
+// ---- tasks -----------------------------------------------------------------------
+
+void Agent::refuse_dispatch(const std::string& payload, const Error& error) {
+  const std::string why = error.field.empty() ? error.message : error.field + ": " + error.message;
+  spdlog::warn("refused a dispatch: {}", why);
+  const auto uid = readable_task_uid(payload);
+  if (!uid || tasks_.count(*uid)) return;  // a task we run keeps its state
+  Task& task = tasks_[*uid];
+  task.uid = *uid;
+  finish(task, failure("InvalidTask", "Refused", why));
+}
+
+void Agent::on_dispatch(const std::string& payload) {
+  auto parsed = parse_dispatch(payload);
+  if (!parsed) return refuse_dispatch(payload, parsed.error());
+  const Dispatch& dispatch = parsed.value();
+  const std::string& uid = dispatch.task.metadata.uid;
+  auto known = tasks_.find(uid);
+
+  if (dispatch.action == DispatchAction::remove) {
+    if (known == tasks_.end()) {
+      spdlog::info("delete for task {}, which this robot does not have; nothing to do", uid);
+      return;
+    }
+    if (known->second.phase == Phase::finished) {
+      if (known->second.last_report) report(known->second, *known->second.last_report);
+      return;
+    }
+    spdlog::info("task {}: cancelled", uid);
+    stop(known->second, StopReason::cancelled);
+    return;
+  }
+
+  if (known != tasks_.end()) {
+    // QoS 1 redelivery or a resend: never a second process.
+    spdlog::info("task {}: dispatched again; re-reporting its state", uid);
+    if (known->second.last_report) report(known->second, *known->second.last_report);
+    return;
+  }
+  create_task(dispatch);
+}
+
+void Agent::create_task(const Dispatch& dispatch) {
+  const std::string& uid = dispatch.task.metadata.uid;
+  Task& task = tasks_[uid];
+  task.uid = uid;
+  task.name = dispatch.task.metadata.name;
+  task.spec = *dispatch.task.spec;
+  task.dispatch = to_json_value(dispatch);
+  task.restarts = RestartTracker(task.spec.restart_policy);
+
+  auto refuse = [&](const std::string& reason, const std::string& message) {
+    spdlog::warn("task {}: {}: {}", uid, reason, message);
+    finish(task, failure(reason, "Refused", message));
+  };
+  if (shutting_down_) return refuse("AgentShutdown", "the agent is shutting down");
+  if (!task.spec.target_robot.empty() && task.spec.target_robot != config_.robot_id) {
+    return refuse("InvalidTask", "spec.targetRobot is " + task.spec.target_robot + ", not this robot");
+  }
+  if (task.spec.driver != TaskDriver::exec && task.spec.driver != TaskDriver::raw_exec) {
+    return refuse("UnsupportedDriver",
+                  "driver " + std::string(to_string(task.spec.driver)) + " is not supported; use exec or raw_exec");
+  }
+  if (!task.spec.user.empty() && geteuid() != 0) {
+    const passwd* self = getpwuid(geteuid());
+    if (!self || task.spec.user != self->pw_name) {
+      return refuse("InvalidTask", "spec.user " + task.spec.user + " needs the agent to run as root");
+    }
+  }
+  if (!task.spec.user.empty() && !getpwnam(task.spec.user.c_str())) {
+    return refuse("InvalidTask", "spec.user " + task.spec.user + " does not exist on this robot");
+  }
+
+  std::error_code error;
+  fs::remove_all(task_dir(uid), error);
+  fs::create_directories(task_dir(uid), error);
+  if (error) return refuse("StartFailed", "cannot create the task directory: " + error.message());
+  if (!task.spec.user.empty() && geteuid() == 0) {
+    const passwd* user = getpwnam(task.spec.user.c_str());
+    if (chown(task_dir(uid).c_str(), user->pw_uid, user->pw_gid) != 0) {
+      return refuse("StartFailed", "cannot give the task directory to " + task.spec.user);
+    }
+  }
+  save(task);
+  spdlog::info("task {} ({}): accepted", uid, task.name);
+  if (task.spec.artifacts.empty()) return start_process(task);
+  task.phase = Phase::fetching;
+  artifacts_->fetch(task.spec.artifacts, task_dir(uid), [this, uid](Result<void> outcome) {
+    loop_.post([this, uid, outcome = std::move(outcome)]() mutable { on_artifacts(uid, std::move(outcome)); });
+  });
+}
+
+void Agent::on_artifacts(const std::string& uid, Result<void> outcome) {
+  auto found = tasks_.find(uid);
+  if (found == tasks_.end() || found->second.phase != Phase::fetching) return;
+  Task& task = found->second;
+  if (task.stop_requested) {
+    return finish(task, failure(to_string(*task.stop_requested), "Stopped", "stopped before it started"));
+  }
+  if (!outcome) {
+    spdlog::warn("task {}: artifact download failed: {}", uid, outcome.error().message);
+    return finish(task, failure("DownloadFailed", "DownloadFailed", outcome.error().message));
+  }
+  start_process(task);
+}
+
+ProcessSpec Agent::process_spec(const Task& task) const {
+  ProcessSpec spec;
+  const std::string dir = task_dir(task.uid);
+  spec.working_dir = dir;
+  spec.stdout_path = (fs::path(dir) / "stdout.log").string();
+  spec.stderr_path = (fs::path(dir) / "stderr.log").string();
+  spec.append_output = task.restarts.restart_count() > 0;
+  const char* path = std::getenv("PATH");
+  spec.env["PATH"] = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  spec.env["HOME"] = dir;
+  spec.env["K8S4R_TASK_UID"] = task.uid;
+  spec.env["K8S4R_TASK_NAME"] = task.name;
+  spec.env["K8S4R_TASK_DIR"] = dir;
+  spec.env["K8S4R_ROBOT_ID"] = config_.robot_id;
+  // Marks the process as this agent's, so a restarted agent finds orphans.
+  spec.env["K8S4R_AGENT_WORK_DIR"] = config_.work_dir;
+  for (const auto& [key, value] : task.spec.env) spec.env[key] = value;
+  const ExecConfig& exec = *task.spec.exec_config;
+  spec.command = exec.command;
+  spec.args = exec.args;
+  if (!task.spec.user.empty() && geteuid() == 0) {
+    // posix_spawn cannot change user; setpriv (util-linux) does, then execs
+    // the command itself, so the task is still the process group's leader.
+    const passwd* user = getpwnam(task.spec.user.c_str());
+    spec.args.insert(spec.args.begin(),
+                     {"--reuid=" + std::to_string(user->pw_uid), "--regid=" + std::to_string(user->pw_gid),
+                      "--init-groups", "--", exec.command});
+    spec.command = "setpriv";
+    spec.env["USER"] = spec.env["LOGNAME"] = task.spec.user;
+  }
+  return spec;
+}
+
+void Agent::start_process(Task& task) {
+  const auto kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);
+  auto pid = monitor_->launch(task.uid, process_spec(task), task.spec.timeout, kill_timeout);
+  if (!pid) {
+    spdlog::warn("task {}: cannot start: {}", task.uid, pid.error().message);
+    return finish(task, failure("StartFailed", "StartFailed", pid.error().message));
+  }
+  task.phase = Phase::running;
+  task.pid = pid.value();
+  task.process_start = process_start_time(task.pid).value_or(0);
+  task.started_at = now_utc();
+  spdlog::info("task {}: started pid {}", task.uid, task.pid);
+  TaskStatus status;
+  status.state = TaskRunState::running;
+  status.event = "Started";
+  status.started_at = task.started_at;
+  status.message = "started " + task.spec.exec_config->command;
+  report(task, status);
+}
+
+void Agent::stop(Task& task, StopReason reason) {
+  switch (task.phase) {
+    case Phase::running:
+      monitor_->stop_task(task.uid, reason);
+      break;
+    case Phase::fetching:
+      task.stop_requested = reason;  // the download finishes, then nothing starts
+      break;
+    case Phase::waiting_restart: {
+      loop_.cancel(task.restart_timer);
+      TaskStatus status = task.last_report.value_or(TaskStatus{});
+      status.state = TaskRunState::failed;
+      status.reason = to_string(reason);
+      status.event = "Stopped";
+      status.message = "stopped while waiting to restart";
+      finish(task, status);
+      break;
+    }
+    case Phase::finished:
+      break;
+  }
+}
+
+void Agent::on_exit(const TaskExit& exit) {
+  auto found = tasks_.find(exit.task_uid);
+  if (found == tasks_.end()) return;
+  Task& task = found->second;
+  task.pid = 0;
+  TaskStatus status;
+  status.started_at = task.started_at;
+  status.finished_at = now_utc();
+  const std::string dir = task_dir(task.uid);
+
+  if (!exit.status_known) {
+    status.state = TaskRunState::failed;
+    status.reason = exit.stopped_by ? to_string(*exit.stopped_by) : "AgentRestarted";
+    status.event = "Exited";
+    status.message =
+        "ran on across an agent restart and ended; its exit code is unknown, since the restarted agent is not its "
+        "parent";
+    status.logs_tail = logs_tail(dir + "/stdout.log", dir + "/stderr.log", kMaxLogsTailCharacters);
+    return finish(task, status);
+  }
+
+  status.exit_code = exit.status.exit_code;
+  if (exit.status.signal != 0) status.signal = exit.status.signal;
+  const RestartDecision decision = task.restarts.on_exit(exit.exited_at, exit.status, exit.stopped_by);
+  status.event = exit.status.signal == SIGKILL ? "Killed" : exit.status.signal != 0 ? "Terminated" : "Exited";
+  status.message = decision.message;
+  if (exit.stopped_by == StopReason::timeout && task.spec.timeout) {
+    const auto kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);
+    status.message =
+        exit.status.signal == SIGKILL
+            ? "did not stop " + format_go_duration(kill_timeout) + " after SIGTERM at its " +
+                  format_go_duration(*task.spec.timeout) + " timeout; killed"
+            : "stopped at its " + format_go_duration(*task.spec.timeout) + " timeout, " + describe(exit.status);
+  } else if (exit.stopped_by) {
+    status.message = "stopped (" + to_string(*exit.stopped_by) + "), " + describe(exit.status);
+  }
+
+  switch (decision.kind) {
+    case RestartDecision::Kind::complete:
+      status.state = TaskRunState::completed;
+      break;
+    case RestartDecision::Kind::fail:
+      status.state = TaskRunState::failed;
+      status.reason = decision.reason;
+      break;
+    case RestartDecision::Kind::restart: {
+      status.state = TaskRunState::running;
+      status.event = "Restarting";
+      task.phase = Phase::waiting_restart;
+      report(task, status);
+      const std::string uid = task.uid;
+      task.restart_timer = loop_.after(decision.delay, [this, uid] {
+        auto again = tasks_.find(uid);
+        if (again == tasks_.end() || again->second.phase != Phase::waiting_restart) return;
+        again->second.restart_timer = 0;
+        start_process(again->second);
+      });
+      return;
+    }
+  }
+  status.logs_tail = logs_tail(dir + "/stdout.log", dir + "/stderr.log", kMaxLogsTailCharacters);
+  spdlog::info("task {}: {} ({})", task.uid, to_string(status.state), status.message);
+  finish(task, status);
+}
+
+void Agent::finish(Task& task, TaskStatus status) {
+  task.phase = Phase::finished;
+  task.pid = 0;
+  report(task, std::move(status));
+  prune_finished();
+  if (shutting_down_) check_shutdown_progress();
+}
+
+// ---- reports -------------------------------------------------------------------
+
+void Agent::save(const Task& task) {
+  JournalEntry entry;
+  entry.task_uid = task.uid;
+  entry.pid = task.pid;
+  entry.process_start = task.process_start;
+  entry.last_seq = task.last_seq;
+  // A finished task needs only its last report to answer a duplicate.
+  if (task.phase != Phase::finished) entry.dispatch = task.dispatch;
+  if (task.last_report) entry.last_report = to_json_value(*task.last_report);
+  if (auto saved = journal_->put(entry); !saved) spdlog::error("task {}: {}", task.uid, saved.error().message);
+}
+
+void Agent::report(Task& task, TaskStatus status) {
+  status.task_uid = task.uid;
+  status.robot_id = config_.robot_id;
+  status.restart_count = task.earlier_restarts + task.restarts.restart_count();
+  status.updated_at = now_utc();
+  // seq is written down before any report carries it, so it grows across
+  // restarts of the agent.
+  status.seq = ++task.last_seq;
+  if (!status.started_at) status.started_at = task.started_at;
+  task.last_report = status;
+  save(task);
+  auto queued = queue_->push(topics::task_status(config_.robot_id, task.uid).value(), encode(status));
+  if (!queued) {
+    spdlog::error("task {}: status seq {} ({}) NOT queued: {}", task.uid, *status.seq, to_string(status.state),
+                  queued.error().message);
+  }
+  drain();
+}
+
+void Agent::drain() {
+  if (!connected_) return;
+  const std::uint64_t generation = generation_;
+  for (const QueuedReport& queued : queue_->oldest(kMaxInFlightReports)) {
+    if (in_flight_.count(queued.id)) continue;
+    in_flight_.insert(queued.id);
+    const std::uint64_t id = queued.id;
+    link_->publish(queued.topic, queued.payload, 1, false, [this, generation, id](bool ok, const std::string& error) {
+      loop_.post([this, generation, id, ok, error] {
+        spdlog::debug("report {}: {} (connection {}, now {})", id, ok ? "acknowledged" : error, generation,
+                      generation_);
+        if (generation != generation_) return;  // a newer connection publishes it again
+        in_flight_.erase(id);
+        if (ok) {
+          if (auto done = queue_->acknowledge(id); !done) spdlog::error("{}", done.error().message);
+          if (shutting_down_) check_shutdown_progress();
+          drain();
+          return;
+        }
+        spdlog::warn("publishing a status report failed: {}; will retry", error);
+        if (retry_drain_timer_ == 0 && connected_) {
+          retry_drain_timer_ = loop_.after(1s, [this] {
+            retry_drain_timer_ = 0;
+            drain();
+          });
+        }
+      });
+    });
+  }
+}
+
+void Agent::prune_finished() {
+  std::vector<std::pair<std::int64_t, std::string>> finished;
+  for (const auto& [uid, task] : tasks_) {
+    if (task.phase == Phase::finished && task.last_report && task.last_report->updated_at) {
+      finished.emplace_back(task.last_report->updated_at->time_since_epoch().count(), uid);
+    }
+  }
+  if (finished.size() <= kFinishedTasksKept) return;
+  std::sort(finished.begin(), finished.end());
+  for (std::size_t i = 0; i + kFinishedTasksKept < finished.size(); ++i) {
+    const std::string& uid = finished[i].second;
+    tasks_.erase(uid);
+    static_cast<void>(journal_->remove(uid));
+    std::error_code error;
+    fs::remove_all(task_dir(uid), error);
+  }
+}
+
+// ---- restart of the agent -------------------------------------------------------
+
+void Agent::restore() {
+  const auto entries = journal_->entries();
+  for (const auto& [uid, entry] : entries) {
+    Task& task = tasks_[uid];
+    task.uid = uid;
+    task.last_seq = entry.last_seq;
+    task.dispatch = entry.dispatch;
+    if (!entry.last_report.is_null()) {
+      if (auto last = parse_task_status(entry.last_report.dump()); last) {
+        task.last_report = last.value();
+        task.started_at = last.value().started_at;
+        task.earlier_restarts = last.value().restart_count;
+      }
+    }
+    if (task.last_report && task.last_report->state != TaskRunState::running) {
+      task.phase = Phase::finished;  // its final report is in the queue or delivered
+      continue;
+    }
+    auto dispatch = parse_dispatch(entry.dispatch.dump());
+    if (dispatch && dispatch.value().task.spec) {
+      task.spec = *dispatch.value().task.spec;
+      task.name = dispatch.value().task.metadata.name;
+    }
+
+    if (dispatch && entry.pid > 0 && same_process_running(entry.pid, entry.process_start)) {
+      // Watch it again until it ends; its timeout still counts from its start.
+      auto started = EventLoop::Clock::now();
+      if (task.started_at)
+        started -= std::chrono::duration_cast<EventLoop::Clock::duration>(now_utc() - *task.started_at);
+      const auto kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);
+      if (auto adopted = monitor_->adopt(uid, entry.pid, started, task.spec.timeout, kill_timeout); adopted) {
+        task.phase = Phase::running;
+        task.pid = entry.pid;
+        task.process_start = entry.process_start;
+        task.adopted = true;
+        spdlog::info("task {}: pid {} still runs; watching it again", uid, entry.pid);
+        continue;
+      }
+    }
+    TaskStatus status = task.last_report.value_or(TaskStatus{});
+    status.state = TaskRunState::failed;
+    status.reason = "AgentRestarted";
+    status.event = "AgentRestarted";
+    status.exit_code.reset();
+    status.signal.reset();
+    status.finished_at = now_utc();
+    status.message = entry.pid > 0 ? "the agent restarted and the task's process (pid " + std::to_string(entry.pid) +
+                                         ") had ended meanwhile; its exit code is unknown"
+                                   : "the agent restarted before the task's process started";
+    const std::string dir = task_dir(uid);
+    status.logs_tail = logs_tail(dir + "/stdout.log", dir + "/stderr.log", kMaxLogsTailCharacters);
+    spdlog::warn("task {}: {}", uid, status.message);
+    finish(task, status);
+  }
+}
+
+void Agent::kill_orphans() {
+  // A process that carries our work dir's mark and is no task we watch was
+  // left by an earlier agent (its leader died, or it was spawned just before
+  // a crash): it must not run on unaccounted for.
+  const std::string mark = "K8S4R_AGENT_WORK_DIR=" + config_.work_dir;
+  std::set<pid_t> ours;
+  for (const auto& [uid, task] : tasks_) {
+    if (task.phase == Phase::running && task.pid > 0) ours.insert(task.pid);
+  }
+  DIR* proc = opendir("/proc");
+  if (!proc) return;
+  while (dirent* item = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(item->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == getpid()) continue;
+    std::ifstream environ_file("/proc/" + std::string(item->d_name) + "/environ", std::ios::binary);
+    std::string variables((std::istreambuf_iterator<char>(environ_file)), std::istreambuf_iterator<char>());
+    bool marked = false;
+    std::string task_uid;
+    for (std::size_t start = 0; start < variables.size();) {
+      std::size_t stop = variables.find('\0', start);
+      if (stop == std::string::npos) stop = variables.size();
+      const std::string_view variable(variables.data() + start, stop - start);
+      if (variable == mark) marked = true;
+      if (variable.rfind("K8S4R_TASK_UID=", 0) == 0) task_uid = std::string(variable.substr(15));
+      start = stop + 1;
+    }
+    if (!marked) continue;
+    const pid_t group = getpgid(static_cast<pid_t>(pid));
+    if (ours.count(group)) continue;  // part of a task we watch again
+    spdlog::warn("killing pid {} (task {}): left behind by an earlier run of the agent", pid, task_uid);
+    kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+  closedir(proc);
+}
+
+// ---- shutdown ----------------------------------------------------------------------
+
+void Agent::shutdown() {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  spdlog::info("shutting down: stopping {} task(s)", std::count_if(tasks_.begin(), tasks_.end(), [](const auto& item) {
+                 return item.second.phase != Phase::finished;
+               }));
+  if (hooks_.notify) hooks_.notify("STOPPING=1");
+  loop_.cancel(reconnect_timer_);
+  reconnect_timer_ = 0;
+  std::vector<std::string> active;
+  for (auto& [uid, task] : tasks_) {
+    if (task.phase != Phase::finished) active.push_back(uid);
+  }
+  for (const std::string& uid : active) stop(tasks_.at(uid), StopReason::shutdown);
+  for (const std::string& uid : active) {
+    Task& task = tasks_.at(uid);
+    if (task.phase == Phase::fetching) {
+      finish(task, failure(to_string(StopReason::shutdown), "Stopped", "the agent shut down while fetching artifacts"));
+    }
+  }
+  check_shutdown_progress();
+}
+
+void Agent::check_shutdown_progress() {
+  if (!shutting_down_ || shutdown_finished_) return;
+  for (const auto& [uid, task] : tasks_) {
+    if (task.phase != Phase::finished) return;  // waiting for exits
+  }
+  if (!flush_deadline_) {
+    flush_deadline_ = EventLoop::Clock::now() + kFlushTimeout;
+    loop_.at(*flush_deadline_, [this] { finish_shutdown(); });
+  }
+  if (queue_->size() == 0 || !connected_) finish_shutdown();
+}
+
+void Agent::finish_shutdown() {
+  if (shutdown_finished_) return;
+  shutdown_finished_ = true;
+  if (queue_->size() > 0) {
+    spdlog::warn("{} status report(s) not yet acknowledged; they stay queued on disk for the next start",
+                 queue_->size());
+  }
+  if (!connected_) {
+    loop_.stop();
+    return;
+  }
+  // A clean shutdown says offline itself; the broker then drops the will.
+  publish_presence(false, [this](bool, const std::string&) {
+    loop_.post([this] {
+      link_->disconnect(2s);
+      spdlog::info("disconnected; bye");
+      loop_.stop();
+    });
+  });
+  loop_.after(3s, [this] {
+    link_->disconnect(1s);
+    loop_.stop();
+  });
+}
+
+}  // namespace k8s4r::agent

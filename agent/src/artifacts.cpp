@@ -1,0 +1,180 @@
+#include "k8s4r/agent/artifacts.h"
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+namespace k8s4r::agent {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Error artifact_error(const Artifact& artifact, const std::string& why) {
+  return Error{"artifacts", artifact.getter_source + ": " + why};
+}
+
+// The last path segment of a URL, without query or fragment.
+std::string url_basename(const std::string& url) {
+  std::string path = url.substr(0, url.find_first_of("?#"));
+  const auto scheme = path.find("://");
+  if (scheme != std::string::npos) path = path.substr(scheme + 3);
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(slash + 1);
+}
+
+struct Download {
+  std::FILE* file = nullptr;
+  EVP_MD_CTX* digest = nullptr;
+};
+
+std::size_t write_chunk(char* data, std::size_t size, std::size_t count, void* user) {
+  auto* download = static_cast<Download*>(user);
+  const std::size_t bytes = size * count;
+  if (download->digest) EVP_DigestUpdate(download->digest, data, bytes);
+  return std::fwrite(data, 1, bytes, download->file);
+}
+
+std::string hex(const unsigned char* bytes, unsigned int length) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string text;
+  for (unsigned int i = 0; i < length; ++i) {
+    text += digits[bytes[i] >> 4];
+    text += digits[bytes[i] & 0xf];
+  }
+  return text;
+}
+
+}  // namespace
+
+Result<std::string> artifact_destination(const Artifact& artifact, const std::string& task_dir) {
+  const fs::path relative(artifact.relative_dest);
+  if (relative.is_absolute()) return artifact_error(artifact, "relativeDest must be relative, got an absolute path");
+  const fs::path base = fs::path(task_dir).lexically_normal();
+  fs::path target = (base / relative).lexically_normal();
+  const bool is_file = artifact.getter_mode == "file";
+  if (!is_file) {
+    const std::string name = url_basename(artifact.getter_source);
+    if (name.empty() || name == "." || name == "..") {
+      return artifact_error(artifact, "the URL names no file; set getterMode: file and a relativeDest");
+    }
+    target = (target / name).lexically_normal();
+  }
+  const auto [end, unused] = std::mismatch(base.begin(), base.end(), target.begin(), target.end());
+  if (end != base.end() || target == base) {
+    return artifact_error(artifact, "relativeDest '" + artifact.relative_dest + "' leaves the task directory");
+  }
+  return target.string();
+}
+
+Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_dir) {
+  auto destination = artifact_destination(artifact, task_dir);
+  if (!destination) return destination.error();
+  const std::string target = destination.value();
+
+  const EVP_MD* algorithm = nullptr;
+  std::string expected;
+  if (auto checksum = artifact.getter_options.find("checksum"); checksum != artifact.getter_options.end()) {
+    const auto colon = checksum->second.find(':');
+    const std::string type = colon == std::string::npos ? "" : checksum->second.substr(0, colon);
+    expected = colon == std::string::npos ? "" : checksum->second.substr(colon + 1);
+    for (char& c : expected) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (type == "sha256") algorithm = EVP_sha256();
+    if (type == "sha512") algorithm = EVP_sha512();
+    if (!algorithm || expected.empty()) {
+      return artifact_error(artifact, "checksum must be sha256:HEX or sha512:HEX, got '" + checksum->second + "'");
+    }
+  }
+
+  std::error_code error;
+  fs::create_directories(fs::path(target).parent_path(), error);
+  if (error) return artifact_error(artifact, "cannot create " + fs::path(target).parent_path().string());
+  const std::string partial = target + ".part";
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(partial.c_str(), "wb"), &std::fclose);
+  if (!file) return artifact_error(artifact, "cannot write " + partial);
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> digest(algorithm ? EVP_MD_CTX_new() : nullptr, &EVP_MD_CTX_free);
+  if (digest) EVP_DigestInit_ex(digest.get(), algorithm, nullptr);
+  Download download{file.get(), digest.get()};
+
+  std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), &curl_easy_cleanup);
+  char curl_error[CURL_ERROR_SIZE] = {};
+  curl_easy_setopt(curl.get(), CURLOPT_URL, artifact.getter_source.c_str());
+  curl_easy_setopt(curl.get(), CURLOPT_PROTOCOLS_STR, "http,https,file");
+  curl_easy_setopt(curl.get(), CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(curl.get(), CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(curl.get(), CURLOPT_MAXREDIRS, 10L);
+  curl_easy_setopt(curl.get(), CURLOPT_FAILONERROR, 1L);
+  curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT, 30L);
+  // A transfer slower than 1 KiB/s for a minute has stalled.
+  curl_easy_setopt(curl.get(), CURLOPT_LOW_SPEED_LIMIT, 1024L);
+  curl_easy_setopt(curl.get(), CURLOPT_LOW_SPEED_TIME, 60L);
+  curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, curl_error);
+  curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, &write_chunk);
+  curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &download);
+  const CURLcode code = curl_easy_perform(curl.get());
+  const bool written = std::fflush(file.get()) == 0;
+  file.reset();
+  auto give_up = [&](const std::string& why) -> Result<void> {
+    fs::remove(partial, error);
+    return artifact_error(artifact, why);
+  };
+  if (code != CURLE_OK) return give_up(curl_error[0] ? curl_error : curl_easy_strerror(code));
+  if (!written) return give_up("cannot write " + partial);
+  if (digest) {
+    unsigned char value[EVP_MAX_MD_SIZE];
+    unsigned int length = 0;
+    EVP_DigestFinal_ex(digest.get(), value, &length);
+    const std::string actual = hex(value, length);
+    if (actual != expected) return give_up("checksum mismatch: expected " + expected + ", got " + actual);
+  }
+  fs::rename(partial, target, error);
+  if (error) return give_up("cannot move into place at " + target + ": " + error.message());
+  return ok();
+}
+
+ArtifactWorker::ArtifactWorker() : thread_([this] { loop(); }) {}
+
+ArtifactWorker::~ArtifactWorker() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void ArtifactWorker::fetch(std::vector<Artifact> artifacts, std::string task_dir,
+                           std::function<void(Result<void>)> done) {
+  {
+    std::lock_guard lock(mutex_);
+    jobs_.push_back({std::move(artifacts), std::move(task_dir), std::move(done)});
+  }
+  wake_.notify_one();
+}
+
+void ArtifactWorker::loop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (stopping_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    Result<void> outcome = ok();
+    for (const Artifact& artifact : job.artifacts) {
+      outcome = fetch_artifact(artifact, job.task_dir);
+      if (!outcome) break;
+    }
+    job.done(std::move(outcome));
+  }
+}
+
+}  // namespace k8s4r::agent

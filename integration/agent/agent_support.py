@@ -1,0 +1,163 @@
+"""Helpers and fixtures for the agent tests: the real k8s4r-agent against a real Mosquitto, observed and driven with a
+Python MQTT client playing the bridge."""
+import os
+import pathlib
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import Observer, binary, terminate, wait_until
+
+ROBOT = "robot-1"
+
+
+def status_topic(uid, robot=ROBOT):
+    return f"k8s4r/robots/{robot}/tasks/{uid}/status"
+
+
+def dispatch_topic(robot=ROBOT):
+    return f"k8s4r/robots/{robot}/tasks/dispatch"
+
+
+def create(uid, command, args=(), **spec):
+    task_spec = {"name": "work", "driver": "exec", "targetRobot": ROBOT,
+                 "config": {"execConfig": {"command": command, "args": list(args)}}}
+    task_spec.update(spec)
+    return {"action": "create",
+            "task": {"apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Task",
+                     "metadata": {"name": f"task-{uid}", "namespace": "default", "uid": uid, "generation": 1},
+                     "spec": task_spec}}
+
+
+def delete(uid):
+    return {"action": "delete", "task": {"metadata": {"uid": uid}}}
+
+
+def processes_marked(work_dir):
+    """Pids of processes started by an agent with this work dir."""
+    mark = f"K8S4R_AGENT_WORK_DIR={work_dir}".encode()
+    pids = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if mark in (entry / "environ").read_bytes().split(b"\0"):
+                pids.append(int(entry.name))
+        except OSError:
+            pass
+    return pids
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class AgentProcess:
+    def __init__(self, broker, work_dir, robot=ROBOT, extra=()):
+        self.broker = broker
+        self.work_dir = pathlib.Path(work_dir)
+        self.robot = robot
+        self.extra = list(extra)
+        self.process = None
+        self.log_path = self.work_dir.parent / f"agent-{robot}.log"
+
+    def start(self, *more):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("K8S4R_")}
+        command = [binary("k8s4r-agent"), "--broker-url", self.broker.url, "--robot-id", self.robot,
+                   "--work-dir", str(self.work_dir), "--heartbeat-interval", "1s", "--log-level", "debug",
+                   *self.extra, *more]
+        self.log = open(self.log_path, "a")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        return self
+
+    def log_text(self):
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def running(self):
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout=30):
+        """SIGTERM, as systemd stops it; returns the exit code."""
+        if not self.running():
+            return self.process.returncode if self.process else None
+        code = terminate(self.process, timeout)
+        self.log.close()
+        return code
+
+    def kill9(self):
+        self.process.kill()
+        self.process.wait()
+        self.log.close()
+
+    def cleanup(self):
+        if self.running():
+            self.process.kill()
+            self.process.wait()
+            self.log.close()
+        for pid in processes_marked(self.work_dir):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def agent_factory(broker, tmp_path):
+    made = []
+
+    def make(robot=ROBOT, extra=(), work_dir=None):
+        agent = AgentProcess(broker, work_dir or tmp_path / f"work-{robot}", robot, extra)
+        made.append(agent)
+        return agent
+    yield make
+    for agent in made:
+        agent.cleanup()
+
+
+@pytest.fixture
+def agent(agent_factory, observer):
+    """A started agent that the observer saw come online."""
+    started = agent_factory().start()
+    observer.wait_for(f"k8s4r/robots/{ROBOT}/presence", lambda m: m["online"])
+    return started
+
+
+class Bridge(Observer):
+    """The bridge's side of the protocol, enough to drive an agent."""
+
+    def accept_registration(self, robot=ROBOT):
+        self.wait_for("k8s4r/register", lambda m: m["robotId"] == robot)
+        self.publish(f"k8s4r/robots/{robot}/response",
+                     {"success": True, "robotId": robot, "message": "registered", "phase": "Online"})
+
+    def send(self, message, robot=ROBOT):
+        self.publish(dispatch_topic(robot), message)
+
+    def statuses(self, uid, robot=ROBOT):
+        return self.json_on(status_topic(uid, robot))
+
+    def final(self, uid, timeout=20.0, robot=ROBOT):
+        return self.wait_for(status_topic(uid, robot), lambda m: m["state"] in ("completed", "failed"), timeout)
+
+
+@pytest.fixture
+def bridge(broker):
+    client = Bridge(broker)
+    yield client
+    client.close()
+
+
+def count_lines(path):
+    path = pathlib.Path(path)
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def wait_for_file(path, timeout=10.0):
+    return wait_until(lambda: pathlib.Path(path).exists() and pathlib.Path(path).read_text().strip(), timeout,
+                      f"{path} to be written")

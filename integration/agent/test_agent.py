@@ -1,0 +1,387 @@
+"""k8s4r-agent, black box: the real binary, a real Mosquitto, real child
+processes and signals. A Python MQTT client plays the bridge and reads every
+topic as an operator's mosquitto_sub would."""
+import hashlib
+import http.server
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from agent_support import (ROBOT, Bridge, agent, agent_factory, alive, bridge, count_lines, create, delete,
+                           dispatch_topic, processes_marked, status_topic, wait_for_file)
+from conftest import Observer, binary, wait_until
+
+PRESENCE = f"k8s4r/robots/{ROBOT}/presence"
+
+
+# ---- connection, registration, heartbeats -------------------------------------------
+
+def test_help_version_and_config_errors():
+    help_text = subprocess.run([binary("k8s4r-agent"), "--help"], capture_output=True, text=True)
+    assert help_text.returncode == 0 and "--broker-url" in help_text.stdout and "--robot-id" in help_text.stdout
+    version = subprocess.run([binary("k8s4r-agent"), "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("k8s4r-agent ")
+    # Every error at once, and nothing started.
+    bad = subprocess.run([binary("k8s4r-agent"), "--robot-id", "Robot+1", "--heartbeat-interval", "soon"],
+                         capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert bad.returncode == 2
+    assert "broker-url" in bad.stderr and "robot-id" in bad.stderr and "heartbeat-interval" in bad.stderr
+
+
+def test_registers_heartbeats_and_says_online(broker, bridge, agent):
+    register = bridge.wait_for("k8s4r/register")
+    assert register["robotId"] == ROBOT and register["agentVersion"]
+    assert register["deviceInfo"]["hostname"] and register["deviceInfo"]["platform"]["os"] == "linux"
+    assert register["deviceInfo"]["memory"]["total"] > 0
+    assert register["runningTasks"] == []
+    beat = bridge.wait_for("k8s4r/heartbeat")
+    assert beat["robotId"] == ROBOT and beat["runningTasks"] == [] and "deviceInfo" not in beat
+
+    # Presence is retained: a bridge that starts later learns it at once.
+    late = Observer(broker, topics=(PRESENCE,))
+    try:
+        assert late.wait_for(PRESENCE)["online"] is True
+    finally:
+        late.close()
+
+    # Unanswered, it registers again; answered, it stops.
+    wait_until(lambda: len(bridge.on("k8s4r/register")) >= 2, 10, "a second register")
+    bridge.publish(f"k8s4r/robots/{ROBOT}/response", {"success": True, "robotId": ROBOT, "phase": "Online"})
+    time.sleep(0.5)
+    count = len(bridge.on("k8s4r/register"))
+    time.sleep(5)
+    assert len(bridge.on("k8s4r/register")) == count
+    # Heartbeats keep coming on the 1s interval.
+    beats = len(bridge.on("k8s4r/heartbeat"))
+    time.sleep(2.5)
+    assert len(bridge.on("k8s4r/heartbeat")) >= beats + 2
+
+
+def test_refused_registration_is_retried_with_backoff(bridge, agent):
+    bridge.wait_for("k8s4r/register")
+    bridge.publish(f"k8s4r/robots/{ROBOT}/response", {"success": False, "message": "robot not approved"})
+    wait_until(lambda: "robot not approved" in agent.log_text(), 10, "the refusal in the agent's log")
+    wait_until(lambda: len(bridge.on("k8s4r/register")) >= 3, 20, "two more registers")
+    registers = [m["timestamp"] for m in bridge.json_on("k8s4r/register")]
+    assert len(registers) >= 3 and agent.running()
+
+
+def test_last_will_says_offline_when_the_agent_dies(bridge, agent):
+    agent.kill9()
+    offline = bridge.wait_for(PRESENCE, lambda m: m["online"] is False)
+    assert offline["robotId"] == ROBOT
+
+
+def test_clean_shutdown_says_offline_and_exits_zero(bridge, agent):
+    assert agent.stop() == 0
+    assert bridge.wait_for(PRESENCE, lambda m: m["online"] is False)["robotId"] == ROBOT
+    assert "disconnected" in agent.log_text()
+
+
+# ---- tasks -------------------------------------------------------------------------
+
+def test_dispatch_runs_the_command_and_reports_each_state(bridge, agent, tmp_path):
+    script = "echo \"in $PWD as $GREETING\"; echo oops >&2; echo \"$1\""
+    bridge.send(create("t-ok", "/bin/sh", ["-c", script, "sh", "first arg; not a shell"], env={"GREETING": "hello"}))
+    final = bridge.final("t-ok")
+    reports = bridge.statuses("t-ok")
+    assert [r["state"] for r in reports] == ["running", "completed"]
+    assert [r["seq"] for r in reports] == [1, 2]
+    assert reports[0]["startedAt"] and reports[0]["event"] == "Started"
+    assert final["exitCode"] == 0 and final["finishedAt"] and final["taskUid"] == "t-ok" and final["robotId"] == ROBOT
+    task_dir = agent.work_dir / "tasks" / "t-ok"
+    assert final["logsTail"] == f"in {task_dir} as hello\nfirst arg; not a shell\noops\n"
+    assert (task_dir / "stdout.log").read_text().startswith("in ")
+
+
+def test_failure_reports_exit_code_and_a_missing_command_is_start_failed(bridge, agent):
+    bridge.send(create("t-exit3", "/bin/sh", ["-c", "exit 3"]))
+    failed = bridge.final("t-exit3")
+    assert failed["state"] == "failed" and failed["exitCode"] == 3 and failed["reason"] == "Error"
+    bridge.send(create("t-nocmd", "/no/such/command"))
+    missing = bridge.final("t-nocmd")
+    assert missing["state"] == "failed" and missing["reason"] == "StartFailed"
+    assert "/no/such/command" in missing["message"]
+    assert [r["state"] for r in bridge.statuses("t-nocmd")] == ["failed"]
+
+
+def test_duplicate_dispatch_never_starts_a_second_process(bridge, agent, tmp_path):
+    runs = tmp_path / "runs"
+    message = create("t-dup", "/bin/sh", ["-c", f"echo run >> {runs}; sleep 1.5"])
+    bridge.send(message)
+    bridge.wait_for(status_topic("t-dup"), lambda m: m["state"] == "running")
+    bridge.send(message)  # a resend while it runs
+    wait_until(lambda: len(bridge.statuses("t-dup")) >= 2, 5, "a re-report")
+    assert bridge.statuses("t-dup")[1]["state"] == "running"
+    bridge.final("t-dup")
+    bridge.send(message)  # and after it finished
+    wait_until(lambda: len(bridge.statuses("t-dup")) >= 4, 5, "a re-report of the final state")
+    reports = bridge.statuses("t-dup")
+    assert reports[-1]["state"] == "completed"
+    seqs = [r["seq"] for r in reports]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    time.sleep(0.5)
+    assert count_lines(runs) == 1
+
+
+def test_delete_stops_the_whole_process_tree(bridge, agent, tmp_path):
+    child_pid_file = tmp_path / "child.pid"
+    bridge.send(create("t-tree", "bash", ["-c", f"sleep 1000 & echo $! > {child_pid_file}; wait"], killTimeout="2s"))
+    child = int(wait_for_file(child_pid_file))
+    assert alive(child)
+    started = time.monotonic()
+    bridge.send(delete("t-tree"))
+    final = bridge.final("t-tree")
+    assert final["state"] == "failed" and final["reason"] == "Cancelled"
+    assert final["exitCode"] == 143 and final["signal"] == 15
+    assert time.monotonic() - started < 2  # SIGTERM was enough; no wait for the kill timeout
+    wait_until(lambda: not alive(child), 5, "the grandchild to be gone")
+    assert processes_marked(agent.work_dir) == []
+
+
+def test_timeout_sigterm_then_sigkill_for_a_task_that_ignores_sigterm(bridge, agent):
+    # trap '' TERM is inherited by sleep, so the whole group ignores SIGTERM.
+    bridge.send(create("t-stubborn", "/bin/sh", ["-c", "trap '' TERM; echo ignoring; sleep 100"],
+                       timeout="1s", killTimeout="1s"))
+    running = bridge.wait_for(status_topic("t-stubborn"), lambda m: m["state"] == "running")
+    final = bridge.final("t-stubborn")
+    assert final["state"] == "failed" and final["reason"] == "Timeout"
+    assert final["exitCode"] == 137 and final["signal"] == 9 and final["event"] == "Killed"
+    assert "1s" in final["message"] and "ignoring" in final["logsTail"]
+    assert "SIGTERM" in agent.log_text() and "SIGKILL" in agent.log_text()
+    assert processes_marked(agent.work_dir) == []
+
+
+def test_timeout_of_a_task_that_stops_on_sigterm(bridge, agent):
+    bridge.send(create("t-slow", "sleep", ["100"], timeout="500ms", killTimeout="10s"))
+    final = bridge.final("t-slow")
+    assert final["reason"] == "Timeout" and final["exitCode"] == 143 and final["signal"] == 15
+
+
+def test_restart_policy_is_applied_locally(bridge, agent, tmp_path):
+    runs = tmp_path / "runs"
+    bridge.send(create("t-retry", "/bin/sh", ["-c", f"echo run >> {runs}; exit 1"],
+                       restartPolicy={"attempts": 2, "interval": "1m", "delay": "200ms", "mode": "fail"}))
+    final = bridge.final("t-retry")
+    assert final["state"] == "failed" and final["restartCount"] == 2 and final["exitCode"] == 1
+    assert count_lines(runs) == 3
+    events = [r["event"] for r in bridge.statuses("t-retry")]
+    assert events == ["Started", "Restarting", "Started", "Restarting", "Started", "Exited"]
+    # A task that succeeds after a restart completes.
+    marker = tmp_path / "second-time"
+    bridge.send(create("t-retry-ok", "/bin/sh", ["-c", f"test -e {marker} || {{ touch {marker}; exit 7; }}"],
+                       restartPolicy={"attempts": 3, "delay": "100ms"}))
+    ok = bridge.final("t-retry-ok")
+    assert ok["state"] == "completed" and ok["restartCount"] == 1
+
+
+def test_unsupported_driver_and_wrong_robot_are_refused(bridge, agent, tmp_path):
+    docker = create("t-docker", "ignored")
+    docker["task"]["spec"]["driver"] = "docker"
+    docker["task"]["spec"]["config"] = {"dockerConfig": {"image": "busybox"}}
+    bridge.send(docker)
+    assert bridge.final("t-docker")["reason"] == "UnsupportedDriver"
+    elsewhere = create("t-elsewhere", "/bin/true", targetRobot="robot-2")
+    bridge.send(elsewhere)
+    assert bridge.final("t-elsewhere")["reason"] == "InvalidTask"
+
+
+# ---- artifacts ------------------------------------------------------------------------
+
+@pytest.fixture
+def http_files(tmp_path):
+    root = tmp_path / "served"
+    root.mkdir()
+    handler = lambda *a, **kw: http.server.SimpleHTTPRequestHandler(*a, directory=str(root), **kw)
+    http.server.SimpleHTTPRequestHandler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_artifacts_with_good_and_bad_checksums(bridge, agent, tmp_path, http_files):
+    root, url = http_files
+    content = b"#!/bin/sh\necho artifact ran\n"
+    (root / "tool.sh").write_bytes(content)
+    digest = hashlib.sha256(content).hexdigest()
+    local = tmp_path / "config.txt"
+    local.write_text("from a file URL\n")
+
+    good = create("t-art", "/bin/sh", ["-c", "sh local/tool.sh; cat conf/settings.txt"],
+                  artifacts=[{"getterSource": f"{url}/tool.sh", "relativeDest": "local/",
+                              "getterOptions": {"checksum": f"sha256:{digest}"}},
+                             {"getterSource": f"file://{local}", "relativeDest": "conf/settings.txt",
+                              "getterMode": "file"}])
+    bridge.send(good)
+    final = bridge.final("t-art")
+    assert final["state"] == "completed", final
+    assert final["logsTail"] == "artifact ran\nfrom a file URL\n"
+
+    ran = tmp_path / "ran"
+    bad = create("t-art-bad", "/bin/sh", ["-c", f"touch {ran}"],
+                 artifacts=[{"getterSource": f"{url}/tool.sh", "relativeDest": "local/",
+                             "getterOptions": {"checksum": "sha256:" + "0" * 64}}])
+    bridge.send(bad)
+    failed = bridge.final("t-art-bad")
+    assert failed["state"] == "failed" and failed["reason"] == "DownloadFailed"
+    assert "checksum mismatch" in failed["message"]
+    assert [r["state"] for r in bridge.statuses("t-art-bad")] == ["failed"]
+    assert not ran.exists()
+    assert not (agent.work_dir / "tasks" / "t-art-bad" / "local" / "tool.sh").exists()
+
+    missing = create("t-art-404", "/bin/true", artifacts=[{"getterSource": f"{url}/nope.bin"}])
+    bridge.send(missing)
+    assert bridge.final("t-art-404")["reason"] == "DownloadFailed"
+    escape = create("t-art-escape", "/bin/true",
+                    artifacts=[{"getterSource": f"{url}/tool.sh", "relativeDest": "../../outside"}])
+    bridge.send(escape)
+    assert "leaves the task directory" in bridge.final("t-art-escape")["message"]
+
+
+# ---- bad input -------------------------------------------------------------------------
+
+def test_bad_dispatches_are_refused_and_the_agent_keeps_running(bridge, agent):
+    bridge.publish(dispatch_topic(), "this is not json")
+    nospec = create("t-nospec", "/bin/true")
+    del nospec["task"]["spec"]
+    bridge.publish(dispatch_topic(), json.dumps(nospec))
+    bridge.publish(dispatch_topic(), json.dumps(create("Bad+Uid/#", "/bin/true")))
+    bridge.publish(dispatch_topic(), json.dumps({"action": "explode", "task": {"metadata": {"uid": "t-action"}}}))
+    wrong_type = create("t-type", "/bin/true")
+    wrong_type["task"]["spec"]["timeout"] = 30
+    bridge.publish(dispatch_topic(), json.dumps(wrong_type))
+    huge = create("t-huge", "/bin/true", env={"BIG": "x" * (10 * 1024 * 1024)})
+    bridge.publish(dispatch_topic(), json.dumps(huge))
+
+    nospec = bridge.final("t-nospec")
+    assert nospec["state"] == "failed" and nospec["reason"] == "InvalidTask" and "spec" in nospec["message"]
+    assert bridge.final("t-action")["reason"] == "InvalidTask"
+    typed = bridge.final("t-type")
+    assert typed["reason"] == "InvalidTask" and "timeout" in typed["message"]
+    wait_until(lambda: "refused a dispatch: payload is not valid JSON" in agent.log_text(), 5, "a logged refusal")
+    wait_until(lambda: "over the limit of 262144" in agent.log_text(), 5, "the oversized payload logged")
+    assert "must not contain '+', '#' or '/'" in agent.log_text()
+    # No topic was built from the bad uid, and nothing ran.
+    assert not any("Bad" in topic for topic, _, _ in bridge.messages)
+    assert bridge.on(status_topic("t-huge")) == []
+    # Still working.
+    bridge.send(create("t-after", "/bin/true"))
+    assert bridge.final("t-after")["state"] == "completed"
+    assert agent.running()
+
+
+def test_messages_for_another_robot_are_not_acted_on(broker, bridge, agent_factory, tmp_path):
+    one = agent_factory("robot-1").start()
+    two = agent_factory("robot-2").start()
+    for robot in ("robot-1", "robot-2"):
+        bridge.wait_for(f"k8s4r/robots/{robot}/presence", lambda m: m["online"])
+    marker = tmp_path / "ran"
+    bridge.send(create("t-mine", "/bin/sh", ["-c", f"echo $K8S4R_ROBOT_ID >> {marker}"]))
+    assert bridge.final("t-mine")["state"] == "completed"
+    assert marker.read_text() == "robot-1\n"
+    assert bridge.on(status_topic("t-mine", "robot-2")) == []
+
+
+# ---- resilience ---------------------------------------------------------------------------
+
+def test_broker_restart_while_tasks_run_loses_no_status(broker, agent_factory, tmp_path):
+    agent = agent_factory().start()
+    bridge = Bridge(broker)
+    bridge.wait_for(PRESENCE, lambda m: m["online"])
+    uids = [f"t-outage-{i}" for i in range(5)]
+    for uid in uids:
+        bridge.send(create(uid, "sleep", ["1.5"]))
+    for uid in uids:
+        bridge.wait_for(status_topic(uid), lambda m: m["state"] == "running")
+    bridge.close()
+    broker.stop()
+    time.sleep(3)  # every task ends while the broker is down
+    assert "lost the broker" in agent.log_text()
+    broker.start()
+    bridge = Bridge(broker)
+    try:
+        for uid in uids:
+            final = bridge.final(uid, timeout=60)
+            assert final["state"] == "completed" and final["seq"] == 2
+        # It came back: presence online again.
+        bridge.wait_for(PRESENCE, lambda m: m["online"])
+        # Each acknowledged report left the on-disk queue.
+        wait_until(lambda: list((agent.work_dir / "reports").iterdir()) == [], 5, "an empty report queue")
+    finally:
+        bridge.close()
+
+
+def test_dispatch_sent_while_the_agent_is_away_still_arrives(broker, bridge, agent_factory):
+    agent = agent_factory().start()
+    bridge.wait_for(PRESENCE, lambda m: m["online"])
+    time.sleep(0.3)  # its subscriptions are in place
+    assert agent.stop() == 0
+    bridge.send(create("t-queued", "/bin/true"))  # held by the broker in the agent's session
+    agent.start()
+    assert bridge.final("t-queued")["state"] == "completed"
+
+
+def test_agent_kill9_and_restart_runs_nothing_twice(broker, bridge, agent_factory, tmp_path):
+    agent = agent_factory().start()
+    bridge.wait_for(PRESENCE, lambda m: m["online"])
+    runs = tmp_path / "runs"
+    # One that outlives the restart, one that ends while the agent is down.
+    bridge.send(create("t-survivor", "/bin/sh", ["-c", f"echo survivor >> {runs}; sleep 3; echo done"]))
+    bridge.send(create("t-gone", "/bin/sh", ["-c", f"echo gone >> {runs}; sleep 0.5"]))
+    for uid in ("t-survivor", "t-gone"):
+        bridge.wait_for(status_topic(uid), lambda m: m["state"] == "running")
+    agent.kill9()
+    time.sleep(1)
+    survivor_pid = next(pid for pid in processes_marked(agent.work_dir))
+    agent.start()
+
+    gone = bridge.final("t-gone")
+    assert gone["state"] == "failed" and gone["reason"] == "AgentRestarted" and gone["seq"] == 2
+    wait_until(lambda: "still runs; watching it again" in agent.log_text(), 10, "the survivor adopted")
+    survivor = bridge.final("t-survivor", timeout=15)
+    assert survivor["seq"] == 2 and survivor["reason"] == "AgentRestarted"
+    assert "done" in survivor["logsTail"]  # it ran to its end, not killed
+    assert not alive(survivor_pid)
+    assert sorted(pathlib.Path(runs).read_text().split()) == ["gone", "survivor"]
+    # The re-register tells the bridge what the agent holds.
+    register = bridge.wait_for("k8s4r/register", lambda m: any(t["taskUid"] == "t-gone" for t in m["runningTasks"]))
+    assert {t["taskUid"] for t in register["runningTasks"]} >= {"t-gone", "t-survivor"}
+    # A resend after the restart is answered, not run.
+    bridge.send(create("t-gone", "/bin/sh", ["-c", f"echo gone >> {runs}"]))
+    again = bridge.wait_for(status_topic("t-gone"), lambda m: m["seq"] == 3)
+    assert again["state"] == "failed" and again["reason"] == "AgentRestarted"
+    assert sorted(pathlib.Path(runs).read_text().split()) == ["gone", "survivor"]
+
+
+def test_timeout_still_enforced_after_an_agent_restart(broker, bridge, agent_factory):
+    agent = agent_factory().start()
+    bridge.wait_for(PRESENCE, lambda m: m["online"])
+    bridge.send(create("t-adopted-timeout", "sleep", ["100"], timeout="3s", killTimeout="1s"))
+    bridge.wait_for(status_topic("t-adopted-timeout"), lambda m: m["state"] == "running")
+    agent.kill9()
+    agent.start()
+    started = time.monotonic()
+    final = bridge.final("t-adopted-timeout", timeout=15)
+    assert final["reason"] == "Timeout" and time.monotonic() - started < 6
+    assert processes_marked(agent.work_dir) == []
+
+
+def test_sigterm_stops_running_tasks_and_reports_them(bridge, agent):
+    bridge.send(create("t-long", "sleep", ["100"], killTimeout="2s"))
+    bridge.wait_for(status_topic("t-long"), lambda m: m["state"] == "running")
+    assert agent.stop() == 0
+    final = bridge.final("t-long")
+    assert final["state"] == "failed" and final["reason"] == "AgentShutdown" and final["exitCode"] == 143
+    assert processes_marked(agent.work_dir) == []
+    # Its final report went out before the agent said offline.
+    order = [topic for topic, _, _ in bridge.messages if topic in (PRESENCE, status_topic("t-long"))]
+    assert order[-1] == PRESENCE
