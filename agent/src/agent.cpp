@@ -183,6 +183,14 @@ void Agent::on_connected() {
   register_backoff_ = {};
   connected_at_ = now_utc();
   spdlog::info("connected to {}", config_.broker_url);
+  subscribe();
+  publish_presence(true, nullptr);
+  send_register();
+  send_heartbeat();
+  drain();
+}
+
+void Agent::subscribe() {
   const std::uint64_t generation = generation_;
   // Subscriptions survive in a persistent session, but not a broker restart
   // without persistence; subscribing again is harmless.
@@ -191,17 +199,16 @@ void Agent::on_connected() {
                      loop_.post([this, generation, ok, error] {
                        if (generation != generation_ || !connected_) return;
                        if (!ok) {
-                         spdlog::error("subscribing to this robot's topics failed: {}", error);
+                         spdlog::error("subscribing to this robot's topics failed: {}; trying again in 5s", error);
+                         loop_.after(5s, [this, generation] {
+                           if (generation == generation_ && connected_) subscribe();
+                         });
                          return;
                        }
                        if (!ready_notified_ && hooks_.notify) hooks_.notify("READY=1\nSTATUS=connected");
                        ready_notified_ = true;
                      });
                    });
-  publish_presence(true, nullptr);
-  send_register();
-  send_heartbeat();
-  drain();
 }
 
 void Agent::publish_presence(bool online, Completion done) {
@@ -400,6 +407,17 @@ void Agent::on_artifacts(const std::string& uid, Result<void> outcome) {
     spdlog::warn("task {}: artifact download failed: {}", uid, outcome.error().message);
     return finish(task, failure("DownloadFailed", "DownloadFailed", outcome.error().message));
   }
+  if (!task.spec.user.empty() && geteuid() == 0) {
+    // Downloaded by root; the task's user must be able to read and replace them.
+    if (const passwd* user = getpwnam(task.spec.user.c_str())) {
+      std::error_code error;
+      for (const auto& item : fs::recursive_directory_iterator(task_dir(uid), error)) {
+        if (lchown(item.path().c_str(), user->pw_uid, user->pw_gid) != 0) {
+          spdlog::warn("task {}: cannot give {} to {}", uid, item.path().string(), task.spec.user);
+        }
+      }
+    }
+  }
   start_process(task);
 }
 
@@ -427,6 +445,7 @@ ProcessSpec Agent::process_spec(const Task& task) const {
     // posix_spawn cannot change user; setpriv (util-linux) does, then execs
     // the command itself, so the task is still the process group's leader.
     const passwd* user = getpwnam(task.spec.user.c_str());
+    if (!user) return spec;  // start_process checks the user first
     spec.args.insert(spec.args.begin(),
                      {"--reuid=" + std::to_string(user->pw_uid), "--regid=" + std::to_string(user->pw_gid),
                       "--init-groups", "--", exec.command});
@@ -437,6 +456,9 @@ ProcessSpec Agent::process_spec(const Task& task) const {
 }
 
 void Agent::start_process(Task& task) {
+  if (!task.spec.user.empty() && !getpwnam(task.spec.user.c_str())) {
+    return finish(task, failure("StartFailed", "StartFailed", "user " + task.spec.user + " no longer exists"));
+  }
   const auto kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);
   auto pid = monitor_->launch(task.uid, process_spec(task), task.spec.timeout, kill_timeout);
   if (!pid) {
@@ -459,6 +481,9 @@ void Agent::start_process(Task& task) {
 void Agent::stop(Task& task, StopReason reason) {
   switch (task.phase) {
     case Phase::running:
+      // Remembered here too: the process may already have exited, with its
+      // exit on the way to the loop, and must then not be restarted.
+      if (!task.stop_requested) task.stop_requested = reason;
       monitor_->stop_task(task.uid, reason);
       break;
     case Phase::fetching:
@@ -502,18 +527,19 @@ void Agent::on_exit(const TaskExit& exit) {
 
   status.exit_code = exit.status.exit_code;
   if (exit.status.signal != 0) status.signal = exit.status.signal;
-  const RestartDecision decision = task.restarts.on_exit(exit.exited_at, exit.status, exit.stopped_by);
+  const std::optional<StopReason> stopped_by = exit.stopped_by ? exit.stopped_by : task.stop_requested;
+  const RestartDecision decision = task.restarts.on_exit(exit.exited_at, exit.status, stopped_by);
   status.event = exit.status.signal == SIGKILL ? "Killed" : exit.status.signal != 0 ? "Terminated" : "Exited";
   status.message = decision.message;
-  if (exit.stopped_by == StopReason::timeout && task.spec.timeout) {
+  if (stopped_by == StopReason::timeout && task.spec.timeout) {
     const auto kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);
     status.message =
         exit.status.signal == SIGKILL
             ? "did not stop " + format_go_duration(kill_timeout) + " after SIGTERM at its " +
                   format_go_duration(*task.spec.timeout) + " timeout; killed"
             : "stopped at its " + format_go_duration(*task.spec.timeout) + " timeout, " + describe(exit.status);
-  } else if (exit.stopped_by) {
-    status.message = "stopped (" + to_string(*exit.stopped_by) + "), " + describe(exit.status);
+  } else if (stopped_by) {
+    status.message = "stopped (" + to_string(*stopped_by) + "), " + describe(exit.status);
   }
 
   switch (decision.kind) {
@@ -546,6 +572,7 @@ void Agent::on_exit(const TaskExit& exit) {
 
 void Agent::finish(Task& task, TaskStatus status) {
   task.phase = Phase::finished;
+  task.finished_order = ++last_finished_order_;
   task.pid = 0;
   report(task, std::move(status));
   prune_finished();
@@ -560,6 +587,7 @@ void Agent::save(const Task& task) {
   entry.pid = task.pid;
   entry.process_start = task.process_start;
   entry.last_seq = task.last_seq;
+  entry.finished_order = task.finished_order;
   // A finished task needs only its last report to answer a duplicate.
   if (task.phase != Phase::finished) entry.dispatch = task.dispatch;
   if (task.last_report) entry.last_report = to_json_value(*task.last_report);
@@ -617,13 +645,13 @@ void Agent::drain() {
 }
 
 void Agent::prune_finished() {
-  std::vector<std::pair<std::int64_t, std::string>> finished;
+  std::vector<std::pair<std::uint64_t, std::string>> finished;
   for (const auto& [uid, task] : tasks_) {
-    if (task.phase == Phase::finished && task.last_report && task.last_report->updated_at) {
-      finished.emplace_back(task.last_report->updated_at->time_since_epoch().count(), uid);
-    }
+    if (task.phase == Phase::finished) finished.emplace_back(task.finished_order, uid);
   }
   if (finished.size() <= kFinishedTasksKept) return;
+  // Oldest first by the order they finished in (persisted), not by the wall
+  // clock, which a robot without an RTC may not have set yet.
   std::sort(finished.begin(), finished.end());
   for (std::size_t i = 0; i + kFinishedTasksKept < finished.size(); ++i) {
     const std::string& uid = finished[i].second;
@@ -643,6 +671,8 @@ void Agent::restore() {
     task.uid = uid;
     task.last_seq = entry.last_seq;
     task.dispatch = entry.dispatch;
+    task.finished_order = entry.finished_order;
+    last_finished_order_ = std::max(last_finished_order_, entry.finished_order);
     if (!entry.last_report.is_null()) {
       if (auto last = parse_task_status(entry.last_report.dump()); last) {
         task.last_report = last.value();

@@ -40,6 +40,11 @@ std::size_t write_chunk(char* data, std::size_t size, std::size_t count, void* u
   return std::fwrite(data, 1, bytes, download->file);
 }
 
+int on_progress(void* cancel, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* flag = static_cast<const std::atomic<bool>*>(cancel);
+  return flag && flag->load() ? 1 : 0;  // non-zero aborts the transfer
+}
+
 std::string hex(const unsigned char* bytes, unsigned int length) {
   static constexpr char digits[] = "0123456789abcdef";
   std::string text;
@@ -72,7 +77,7 @@ Result<std::string> artifact_destination(const Artifact& artifact, const std::st
   return target.string();
 }
 
-Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_dir) {
+Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_dir, const std::atomic<bool>* cancel) {
   auto destination = artifact_destination(artifact, task_dir);
   if (!destination) return destination.error();
   const std::string target = destination.value();
@@ -117,6 +122,9 @@ Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_di
   curl_easy_setopt(curl.get(), CURLOPT_ERRORBUFFER, curl_error);
   curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, &write_chunk);
   curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &download);
+  curl_easy_setopt(curl.get(), CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl.get(), CURLOPT_XFERINFOFUNCTION, &on_progress);
+  curl_easy_setopt(curl.get(), CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(cancel));
   const CURLcode code = curl_easy_perform(curl.get());
   const bool written = std::fflush(file.get()) == 0;
   file.reset();
@@ -145,6 +153,7 @@ ArtifactWorker::~ArtifactWorker() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
+  cancel_ = true;
   wake_.notify_all();
   thread_.join();
 }
@@ -170,7 +179,7 @@ void ArtifactWorker::loop() {
     }
     Result<void> outcome = ok();
     for (const Artifact& artifact : job.artifacts) {
-      outcome = fetch_artifact(artifact, job.task_dir);
+      outcome = fetch_artifact(artifact, job.task_dir, &cancel_);
       if (!outcome) break;
     }
     job.done(std::move(outcome));

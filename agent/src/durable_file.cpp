@@ -28,6 +28,16 @@ Result<void> write_file_durably(const std::string& path, const std::string& text
     ::unlink(temporary.c_str());
     return Error{what, "cannot store " + path + ": " + std::strerror(error)};
   }
+  // The rename itself is durable only once the directory is: without this a
+  // power cut could bring the old file back.
+  const auto slash = path.rfind('/');
+  const std::string directory = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int directory_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (directory_fd < 0) return Error{what, "cannot open " + directory + ": " + std::strerror(errno)};
+  const int synced = ::fsync(directory_fd);
+  const int error = errno;
+  ::close(directory_fd);
+  if (synced != 0) return Error{what, "cannot sync " + directory + ": " + std::strerror(error)};
   return ok();
 }
 

@@ -65,7 +65,10 @@ void EventLoop::run() {
     std::deque<std::function<void()>> work;
     {
       std::lock_guard lock(mutex_);
-      if (stopping_) return;
+      if (stopping_) {
+        stopping_ = false;
+        return;
+      }
       work.swap(posted_);
     }
     for (auto& item : work) item();
@@ -81,8 +84,7 @@ void EventLoop::run() {
     }
     {
       std::lock_guard lock(mutex_);
-      if (stopping_) return;
-      if (!posted_.empty()) continue;
+      if (!posted_.empty() || stopping_) continue;
     }
 
     int timeout_ms = -1;

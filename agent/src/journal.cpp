@@ -67,6 +67,7 @@ Result<Journal> Journal::open(const std::string& path) {
     entry.last_seq = task.value("lastSeq", std::int64_t{0});
     entry.dispatch = task.value("dispatch", json());
     entry.last_report = task.value("lastReport", json());
+    entry.finished_order = task.value("finishedOrder", std::uint64_t{0});
     if (entry.task_uid.empty()) return Error{"journal", path + ": an entry has no taskUid"};
     journal.entries_[entry.task_uid] = entry;
   }
@@ -112,7 +113,8 @@ Result<void> Journal::save() const {
                      {"processStart", entry.process_start},
                      {"lastSeq", entry.last_seq},
                      {"dispatch", entry.dispatch},
-                     {"lastReport", entry.last_report}});
+                     {"lastReport", entry.last_report},
+                     {"finishedOrder", entry.finished_order}});
   }
   const std::string text = json{{"version", 1}, {"tasks", tasks}}.dump(-1, ' ', false, json::error_handler_t::replace);
   return write_file_durably(path_, text, "journal");

@@ -5,7 +5,10 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -114,8 +117,22 @@ void Monitor::loop() {
         wait_for = &timeout;
       }
     }
-    const int ready = epoll_pwait2(epoll_fd_, events.data(), static_cast<int>(events.size()), wait_for, nullptr);
-    if (ready < 0 && errno != EINTR) break;
+    int ready =
+        use_pwait2_ ? epoll_pwait2(epoll_fd_, events.data(), static_cast<int>(events.size()), wait_for, nullptr) : -1;
+    if (ready < 0 && errno == ENOSYS) use_pwait2_ = false;  // kernels before 5.11
+    if (!use_pwait2_) {
+      // Millisecond resolution, rounded up so a deadline is never missed.
+      const long long ms =
+          wait_for ? (static_cast<long long>(timeout.tv_sec) * 1000 + (timeout.tv_nsec + 999'999) / 1'000'000) : -1;
+      ready = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()),
+                         static_cast<int>(std::min(ms, 86'400'000LL)));
+    }
+    if (ready < 0 && errno != EINTR) {
+      // Cannot happen with a valid epoll fd; a monitor that stopped watching
+      // would leave timeouts unenforced, so fail loudly.
+      std::perror("k8s4r monitor: epoll");
+      std::abort();
+    }
 
     std::vector<TaskExit> exits;
     std::vector<std::pair<SignalAction, std::chrono::nanoseconds>> signals;
@@ -135,9 +152,10 @@ void Monitor::loop() {
         // An adopted process is not ours to reap; readable means it ended.
         auto status = child.adopted ? std::optional<ExitStatus>(ExitStatus{}) : reap(fd);
         if (!status) continue;
-        // A stopped task's leader is gone; whatever of its group ignored
-        // SIGTERM must not live on unwatched.
-        if (child.stopped_by) static_cast<void>(signal_process_group(child.pid, SIGKILL));
+        // The task ended with its leader: whatever of its group is left (a
+        // background child, or one that ignored SIGTERM) must not live on
+        // unwatched, nor overlap a restart of the task.
+        static_cast<void>(signal_process_group(child.pid, SIGKILL));
         exits.push_back({task_uid, *status, child.stopped_by, std::chrono::steady_clock::now(), !child.adopted});
         epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
         close(fd);

@@ -37,11 +37,13 @@ class PahoLink final : public MqttLink, private mqtt::iaction_listener {
   }
 
   ~PahoLink() override {
-    // Callbacks must not run into a half-destroyed link.
-    client_.set_connected_handler(nullptr);
-    client_.set_connection_lost_handler(nullptr);
-    client_.set_disconnected_handler(nullptr);
-    client_.set_message_callback(nullptr);
+    // No callback may run into a half-destroyed link: Paho's C callbacks are
+    // switched off first, and the completions still pending are dropped
+    // under the lock that finish() takes.
+    client_.disable_callbacks();
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    pending_.clear();
   }
 
   void connect() override {
@@ -115,6 +117,7 @@ class PahoLink final : public MqttLink, private mqtt::iaction_listener {
     Completion done;
     {
       std::lock_guard lock(mutex_);
+      if (closed_) return;
       auto found = pending_.find(id);
       if (found == pending_.end()) return;
       done = std::move(found->second);
@@ -136,12 +139,15 @@ class PahoLink final : public MqttLink, private mqtt::iaction_listener {
     finish(id_of(token), false, why);
   }
 
+  // Declared before client_, so they outlive Paho's threads, which the
+  // client's destructor stops.
   PahoSettings settings_;
   MqttLinkEvents events_;
-  mqtt::async_client client_;
   std::mutex mutex_;
+  bool closed_ = false;
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Completion> pending_;
+  mqtt::async_client client_;
 };
 
 }  // namespace

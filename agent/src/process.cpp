@@ -44,6 +44,10 @@ Result<SpawnedProcess> spawn_process(const ProcessSpec& spec) {
   if (!spec.stderr_path.empty()) {
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, spec.stderr_path.c_str(), output_flags, 0640);
   }
+  // Descriptors other threads open without O_CLOEXEC (libraries' sockets,
+  // files) must not leak into a task, which could keep the MQTT connection
+  // of a dead agent open.
+  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
   if (!spec.working_dir.empty()) posix_spawn_file_actions_addchdir_np(&actions, spec.working_dir.c_str());
 
   std::vector<std::string> argv_storage{spec.command};

@@ -385,3 +385,22 @@ def test_sigterm_stops_running_tasks_and_reports_them(bridge, agent):
     # Its final report went out before the agent said offline.
     order = [topic for topic, _, _ in bridge.messages if topic in (PRESENCE, status_topic("t-long"))]
     assert order[-1] == PRESENCE
+
+
+def test_a_cancelled_task_is_not_restarted_and_leaves_no_background_child(bridge, agent, tmp_path):
+    runs = tmp_path / "runs"
+    bridge.send(create("t-cancel-retry", "/bin/sh", ["-c", f"echo run >> {runs}; sleep 100"],
+                       restartPolicy={"attempts": 3, "delay": "100ms", "mode": "fail"}))
+    bridge.wait_for(status_topic("t-cancel-retry"), lambda m: m["state"] == "running")
+    bridge.send(delete("t-cancel-retry"))
+    final = bridge.final("t-cancel-retry")
+    assert final["reason"] == "Cancelled" and final["restartCount"] == 0
+    time.sleep(0.5)
+    assert count_lines(runs) == 1
+
+    # A leader that exits on its own takes its background children with it.
+    child_pid_file = tmp_path / "bg.pid"
+    bridge.send(create("t-bg", "/bin/sh", ["-c", f"sleep 1000 & echo $! > {child_pid_file}; exit 0"]))
+    assert bridge.final("t-bg")["state"] == "completed"
+    child = int(wait_for_file(child_pid_file))
+    wait_until(lambda: not alive(child), 5, "the background child to be gone")

@@ -78,12 +78,14 @@ class Agent {
     std::optional<Timestamp> started_at;
     std::optional<TaskStatus> last_report;
     std::int64_t last_seq = 0;
+    std::uint64_t finished_order = 0;  // 0 until finished; then grows, across restarts
   };
 
   // Connection
   void feed_watchdog();
   void connect();
   void on_connected();
+  void subscribe();
   void on_connect_failed(const std::string& cause);
   void on_connection_lost(const std::string& cause);
   void schedule_reconnect();
@@ -132,6 +134,7 @@ class Agent {
   std::chrono::milliseconds reconnect_backoff_{0}, register_backoff_{0};
   EventLoop::TimerId reconnect_timer_ = 0, register_timer_ = 0, heartbeat_timer_ = 0, retry_drain_timer_ = 0;
   std::set<std::uint64_t> in_flight_;
+  std::uint64_t last_finished_order_ = 0;
   Timestamp connected_at_{};
 
   bool shutting_down_ = false;

@@ -12,6 +12,7 @@
 #include "k8s4r/common/messages.h"
 #include "k8s4r/common/result.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -28,15 +29,17 @@ namespace k8s4r::agent {
 // refused.
 Result<std::string> artifact_destination(const Artifact& artifact, const std::string& task_dir);
 
-// Downloads `artifact` into the task directory and verifies it.
-Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_dir);
+// Downloads `artifact` into the task directory and verifies it. Setting
+// `*cancel` aborts a transfer in progress.
+Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_dir,
+                            const std::atomic<bool>* cancel = nullptr);
 
 // One thread that fetches tasks' artifacts in order. `done` runs on that
 // thread with the first error, if any.
 class ArtifactWorker {
  public:
   ArtifactWorker();
-  ~ArtifactWorker();  // finishes the fetch in progress, drops the rest
+  ~ArtifactWorker();  // aborts the fetch in progress (its `done` still runs), drops the rest
   ArtifactWorker(const ArtifactWorker&) = delete;
   ArtifactWorker& operator=(const ArtifactWorker&) = delete;
 
@@ -54,6 +57,7 @@ class ArtifactWorker {
   std::condition_variable wake_;
   std::deque<Job> jobs_;
   bool stopping_ = false;
+  std::atomic<bool> cancel_{false};
   std::thread thread_;
 };
 

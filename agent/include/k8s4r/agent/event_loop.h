@@ -38,7 +38,8 @@ class EventLoop {
   // Calls `on_readable` whenever `fd` is readable; the caller owns the fd.
   void watch(int fd, std::function<void()> on_readable);
 
-  // Runs until stop(); returns at once if stop() was already called.
+  // Runs until stop(); returns at once if stop() was called before. Each
+  // stop() ends one run(), so the loop can be run again (tests do).
   void run();
   void stop();
 

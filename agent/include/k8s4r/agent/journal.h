@@ -25,11 +25,12 @@ namespace k8s4r::agent {
 
 struct JournalEntry {
   std::string task_uid;
-  pid_t pid = 0;                    // 0 when no process runs (waiting to restart, or finished but unreported)
-  std::uint64_t process_start = 0;  // /proc/<pid>/stat starttime, in clock ticks since boot
-  std::int64_t last_seq = 0;        // the last seq handed out for this task
-  nlohmann::json dispatch;          // the Dispatch that created the task
-  nlohmann::json last_report;       // the last TaskStatus made for it (null before the first)
+  pid_t pid = 0;                     // 0 when no process runs (waiting to restart, or finished but unreported)
+  std::uint64_t process_start = 0;   // /proc/<pid>/stat starttime, in clock ticks since boot
+  std::int64_t last_seq = 0;         // the last seq handed out for this task
+  nlohmann::json dispatch;           // the Dispatch that created the task
+  nlohmann::json last_report;        // the last TaskStatus made for it (null before the first)
+  std::uint64_t finished_order = 0;  // when it finished, counting across restarts; 0 while it runs
 };
 
 class Journal {

@@ -82,6 +82,7 @@ class Monitor {
   std::map<std::string, Child> children_;
   std::map<int, std::string> task_by_fd_;
   std::atomic<bool> stopping_{false};
+  bool use_pwait2_ = true;  // monitor thread only
   std::thread thread_;
 };
 

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Benchmark of the whole k8s4r-agent daemon through a real Mosquitto, as a
+robot runs it. Measures, over --repeats runs side by side:
+
+1. dispatch -> exec: from the moment the dispatch is published to the moment
+   the task's program (/bin/date, exec'd directly, no shell) reads the clock.
+   This includes MQTT delivery, parsing, the journal's fsync and posix_spawn.
+2. spawn-exit-reap cycles per second: a burst of /bin/true tasks, from the
+   first dispatch until every `completed` report arrived.
+3. threads, RSS and CPU: at idle (CPU over --idle-seconds between heartbeats)
+   and with 100 and 1,000 tasks running (`sleep`).
+
+Usage:
+  python3 bench/agent_daemon_bench.py --agent build/bin/k8s4r-agent --repeats 3
+"""
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import paho.mqtt.client as mqtt
+
+ROBOT = "bench-robot"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def proc_status(pid):
+    values = {}
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        values[key] = value.strip()
+    return int(values["Threads"]), int(values["VmRSS"].split()[0])  # threads, KiB
+
+
+def cpu_seconds(pid):
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+
+
+def task(uid, command, args):
+    return json.dumps({"action": "create", "task": {
+        "apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Task",
+        "metadata": {"name": uid, "namespace": "default", "uid": uid},
+        "spec": {"name": "bench", "driver": "exec", "config": {"execConfig": {"command": command, "args": args}}}}})
+
+
+class Run:
+    def __init__(self, agent_binary, workdir):
+        self.workdir = pathlib.Path(workdir)
+        self.port = free_port()
+        conf = self.workdir / "mosquitto.conf"
+        conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\n")
+        self.broker = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)
+        wait_until(self._listening, 10, "mosquitto")
+        self.final = {}
+        self.running = set()
+        self.lock = threading.Lock()
+        self.client = mqtt.Client()
+        self.client.on_message = self._on_message
+        self.client.connect("127.0.0.1", self.port)
+        self.client.subscribe(f"k8s4r/robots/{ROBOT}/#", qos=1)
+        self.client.loop_start()
+        self.work = self.workdir / "work"
+        self.agent = subprocess.Popen([agent_binary, "--broker-url", f"tcp://127.0.0.1:{self.port}", "--robot-id", ROBOT,
+                                       "--work-dir", str(self.work), "--heartbeat-interval", "30s", "--log-level",
+                                       "warn"], stdout=subprocess.DEVNULL, stderr=open(self.workdir / "agent.log", "w"))
+        self.online = threading.Event()
+        wait_until(self.online.is_set, 10, "the agent online")
+        time.sleep(0.3)
+
+    def _listening(self):
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+            return True
+        except OSError:
+            return False
+
+    def _on_message(self, client, userdata, message):
+        if message.topic.endswith("/presence"):
+            if json.loads(message.payload)["online"]:
+                self.online.set()
+            return
+        if not message.topic.endswith("/status"):
+            return
+        status = json.loads(message.payload)
+        with self.lock:
+            if status["state"] == "running":
+                self.running.add(status["taskUid"])
+            else:
+                self.final[status["taskUid"]] = status
+
+    def publish(self, payload):
+        self.client.publish(f"k8s4r/robots/{ROBOT}/tasks/dispatch", payload, qos=1)
+
+    def dispatch_to_exec(self, count):
+        latencies = []
+        for i in range(count):
+            uid = f"lat-{i}"
+            sent = time.time_ns()
+            self.publish(task(uid, "/bin/date", ["+%s%N"]))
+            wait_until(lambda: uid in self.final, 10, uid)
+            execed = int((self.work / "tasks" / uid / "stdout.log").read_text())
+            latencies.append((execed - sent) / 1e6)
+        return latencies
+
+    def cycles_per_second(self, count):
+        start = time.monotonic()
+        for i in range(count):
+            self.publish(task(f"cyc-{i}", "/bin/true", []))
+        wait_until(lambda: len([u for u in self.final if u.startswith("cyc-")]) == count, 120, "the burst")
+        return count / (time.monotonic() - start)
+
+    def idle(self, seconds):
+        before = cpu_seconds(self.agent.pid)
+        time.sleep(seconds)
+        return cpu_seconds(self.agent.pid) - before
+
+    def hold(self, total):
+        """Starts sleeps until `total` run; returns (threads, RSS KiB)."""
+        with self.lock:
+            have = len([u for u in self.running if u.startswith("hold-")])
+        for i in range(have, total):
+            self.publish(task(f"hold-{i}", "sleep", ["3600"]))
+        wait_until(lambda: len([u for u in self.running if u.startswith("hold-")]) >= total, 300, f"{total} running")
+        time.sleep(0.5)
+        return proc_status(self.agent.pid)
+
+    def close(self):
+        self.agent.send_signal(signal.SIGTERM)
+        try:
+            self.agent.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.agent.kill()
+        self.client.loop_stop()
+        self.client.disconnect()
+        self.broker.terminate()
+        self.broker.wait()
+
+
+def percentile(values, share):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agent", default="build/bin/k8s4r-agent")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--latency-tasks", type=int, default=200)
+    parser.add_argument("--burst", type=int, default=500)
+    parser.add_argument("--idle-seconds", type=float, default=10)
+    parser.add_argument("--hold", default="100,1000")
+    args = parser.parse_args()
+    rows = []
+    for repeat in range(args.repeats):
+        workdir = tempfile.mkdtemp(prefix="agent-bench-")
+        run = Run(args.agent, workdir)
+        try:
+            row = {}
+            row["idle_threads"], row["idle_rss_kib"] = proc_status(run.agent.pid)
+            row["idle_cpu_s"] = run.idle(args.idle_seconds)
+            latencies = run.dispatch_to_exec(args.latency_tasks)
+            row["exec_p50_ms"] = statistics.median(latencies)
+            row["exec_p99_ms"] = percentile(latencies, 0.99)
+            row["cycles_per_s"] = run.cycles_per_second(args.burst)
+            for total in (int(n) for n in args.hold.split(",")):
+                row[f"threads_{total}"], row[f"rss_kib_{total}"] = run.hold(total)
+            rows.append(row)
+            print(f"run {repeat + 1}: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                                   for k, v in row.items()), flush=True)
+        finally:
+            run.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+    print("\nmedians over", len(rows), "runs:")
+    for key in rows[0]:
+        values = [row[key] for row in rows]
+        print(f"  {key}: {statistics.median(values):.3f}  (runs: {', '.join(f'{v:.3f}' for v in values)})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+// The Agent's report delivery over a fake MQTT link: what it publishes, and
+// what it does when the broker acknowledges, fails, or goes away. Real task
+// processes and files; only the network is fake.
+#include "k8s4r/agent/agent.h"
+
+#include "k8s4r/testing/temp_dir.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace k8s4r::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+struct Published {
+  std::string topic, payload;
+  Completion done;
+};
+
+// Runs on the agent's loop thread only, like every caller of the link.
+struct FakeLink final : MqttLink {
+  MqttLinkEvents events;
+  int connects = 0;
+  std::vector<Published> published;
+  void connect() override { ++connects; }
+  void subscribe(const std::vector<std::string>&, int, Completion done) override { done(true, ""); }
+  void publish(const std::string& topic, const std::string& payload, int, bool, Completion done) override {
+    published.push_back({topic, payload, std::move(done)});
+  }
+  void disconnect(std::chrono::milliseconds) override {}
+
+  std::vector<Published*> status_reports() {
+    std::vector<Published*> out;
+    for (auto& p : published) {
+      if (p.topic.find("/status") != std::string::npos) out.push_back(&p);
+    }
+    return out;
+  }
+};
+
+class AgentTest : public ::testing::Test {
+ protected:
+  AgentTest() {
+    config_.broker_url = "tcp://broker.invalid:1883";
+    config_.robot_id = "robot-1";
+    config_.work_dir = (temp_ / "work").string();
+    agent_ = std::make_unique<Agent>(config_, loop_, [this](MqttLinkEvents events) {
+      auto link = std::make_unique<FakeLink>();
+      link->events = std::move(events);
+      link_ = link.get();
+      return link;
+    });
+  }
+  ~AgentTest() override { agent_.reset(); }
+
+  // Runs the loop until `done` holds (checked every millisecond) or 10 s pass.
+  bool run_until(const std::function<bool()>& done) {
+    const auto deadline = EventLoop::Clock::now() + 10s;
+    std::function<void()> check = [&] {
+      if (done() || EventLoop::Clock::now() > deadline) return loop_.stop();
+      loop_.after(1ms, check);
+    };
+    loop_.post(check);
+    loop_.run();
+    return done();
+  }
+
+  void dispatch(const std::string& uid, const std::string& command) {
+    const std::string payload =
+        R"({"action":"create","task":{"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task","metadata":{"name":"t","uid":")" +
+        uid + R"("},"spec":{"name":"t","driver":"exec","config":{"execConfig":{"command":")" + command + R"("}}}}})";
+    link_->events.message("k8s4r/robots/robot-1/tasks/dispatch", payload);
+  }
+
+  std::size_t queued_files() const {
+    const fs::path dir = fs::path(config_.work_dir) / "reports";
+    return static_cast<std::size_t>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
+  }
+
+  testing::TempDir temp_;
+  AgentConfig config_;
+  EventLoop loop_;
+  FakeLink* link_ = nullptr;
+  std::unique_ptr<Agent> agent_;
+};
+
+std::int64_t seq_of(const Published* p) { return parse_task_status(p->payload).value().seq.value(); }
+
+TEST_F(AgentTest, AReportLeavesTheDiskQueueOnlyWhenAcknowledgedAndIsRepublishedInOrderAfterReconnect) {
+  agent_->start();
+  ASSERT_EQ(link_->connects, 1);
+  link_->events.connected();
+  dispatch("t-1", "/bin/true");
+  ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 2; }));
+  EXPECT_EQ(seq_of(link_->status_reports()[0]), 1);
+  EXPECT_EQ(seq_of(link_->status_reports()[1]), 2);
+  EXPECT_EQ(queued_files(), 2u);  // not acknowledged yet
+
+  // The first is acknowledged, then the connection drops before the second is.
+  link_->status_reports()[0]->done(true, "");
+  ASSERT_TRUE(run_until([&] { return queued_files() == 1; }));
+  link_->events.connection_lost("broker went away");
+  ASSERT_TRUE(run_until([&] { return link_->connects == 2; }));  // after a backoff
+  link_->published.clear();
+  link_->events.connected();
+  ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 1; }));
+  EXPECT_EQ(seq_of(link_->status_reports()[0]), 2);
+  EXPECT_EQ(parse_task_status(link_->status_reports()[0]->payload).value().state, TaskRunState::completed);
+
+  // A failed publish is tried again on the same connection.
+  link_->status_reports()[0]->done(false, "no PUBACK");
+  ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 2; }));
+  link_->status_reports()[1]->done(true, "");
+  ASSERT_TRUE(run_until([&] { return queued_files() == 0; }));
+}
+
+TEST_F(AgentTest, AnAcknowledgementFromAnEarlierConnectionIsIgnored) {
+  agent_->start();
+  link_->events.connected();
+  dispatch("t-2", "/bin/true");
+  ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 2; }));
+  Completion stale = link_->status_reports()[1]->done;
+  link_->events.connection_lost("gone");
+  ASSERT_TRUE(run_until([&] { return link_->connects == 2; }));
+  link_->published.clear();
+  link_->events.connected();
+  ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 2; }));
+  // Both are in flight again; the old connection's PUBACK changes nothing.
+  stale(true, "");
+  loop_.post([&] { loop_.stop(); });  // runs after what the completion posted
+  loop_.run();
+  EXPECT_EQ(queued_files(), 2u);
+  for (auto* report : link_->status_reports()) report->done(true, "");
+  ASSERT_TRUE(run_until([&] { return queued_files() == 0; }));
+}
+
+}  // namespace
+}  // namespace k8s4r::agent

@@ -1,0 +1,76 @@
+#include "k8s4r/agent/artifacts.h"
+
+#include "k8s4r/testing/temp_dir.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace k8s4r::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+Artifact artifact(std::string source, std::string dest = "", std::optional<std::string> mode = std::nullopt) {
+  Artifact a;
+  a.getter_source = std::move(source);
+  a.relative_dest = std::move(dest);
+  a.getter_mode = std::move(mode);
+  return a;
+}
+
+TEST(ArtifactDestination, IsADirectoryUnlessModeIsFile) {
+  EXPECT_EQ(artifact_destination(artifact("https://h/x/tool.sh?v=2", "local/"), "/w/t").value(), "/w/t/local/tool.sh");
+  EXPECT_EQ(artifact_destination(artifact("https://h/tool.sh"), "/w/t").value(), "/w/t/tool.sh");
+  EXPECT_EQ(artifact_destination(artifact("https://h/tool.sh", "bin/run", "file"), "/w/t").value(), "/w/t/bin/run");
+}
+
+TEST(ArtifactDestination, RefusesPathsOutOfTheTaskDirectory) {
+  for (const auto& bad : {artifact("https://h/a", "../other"), artifact("https://h/a", "/etc/cron.d", "file"),
+                          artifact("https://h/a", "x/../../../etc/passwd", "file"), artifact("https://h/..", "")}) {
+    EXPECT_FALSE(artifact_destination(bad, "/w/t")) << bad.relative_dest;
+  }
+}
+
+class FetchArtifact : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ofstream(source_) << "hello\n";
+    fs::create_directories(task_);
+  }
+  testing::TempDir dir_;
+  fs::path source_ = dir_ / "hello.txt";
+  fs::path task_ = dir_ / "task";
+  // sha256 of "hello\n"
+  std::string sha256_ = "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03";
+};
+
+TEST_F(FetchArtifact, VerifiesTheChecksumBeforeMovingIntoPlace) {
+  Artifact good = artifact("file://" + source_.string(), "local/");
+  good.getter_options["checksum"] = "sha256:" + sha256_;
+  ASSERT_TRUE(fetch_artifact(good, task_.string()));
+  std::ifstream in(task_ / "local" / "hello.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "hello\n");
+
+  Artifact bad = artifact("file://" + source_.string(), "other/");
+  bad.getter_options["checksum"] = "sha256:" + std::string(64, '0');
+  auto failed = fetch_artifact(bad, task_.string());
+  ASSERT_FALSE(failed);
+  EXPECT_NE(failed.error().message.find("checksum mismatch"), std::string::npos);
+  EXPECT_FALSE(fs::exists(task_ / "other" / "hello.txt"));
+  EXPECT_FALSE(fs::exists(task_ / "other" / "hello.txt.part"));
+}
+
+TEST_F(FetchArtifact, NamesTheCauseOfAFailure) {
+  auto missing = fetch_artifact(artifact("file://" + (dir_ / "nope").string()), task_.string());
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find("nope"), std::string::npos);
+  Artifact weird = artifact("file://" + source_.string());
+  weird.getter_options["checksum"] = "crc32:1234";
+  EXPECT_NE(fetch_artifact(weird, task_.string()).error().message.find("sha256:HEX"), std::string::npos);
+  EXPECT_FALSE(fetch_artifact(artifact("ftp://h/x.bin"), task_.string()));
+}
+
+}  // namespace
+}  // namespace k8s4r::agent
