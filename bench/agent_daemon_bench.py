@@ -72,7 +72,8 @@ class Run:
         self.workdir = pathlib.Path(workdir)
         self.port = free_port()
         conf = self.workdir / "mosquitto.conf"
-        conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\n")
+        conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\n"
+                        + os.environ.get("BENCH_BROKER_EXTRA", ""))
         self.broker = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL)
         wait_until(self._listening, 10, "mosquitto")
@@ -87,7 +88,7 @@ class Run:
         self.work = self.workdir / "work"
         self.agent = subprocess.Popen([agent_binary, "--broker-url", f"tcp://127.0.0.1:{self.port}", "--robot-id", ROBOT,
                                        "--work-dir", str(self.work), "--heartbeat-interval", "30s", "--log-level",
-                                       "warn"], stdout=subprocess.DEVNULL, stderr=open(self.workdir / "agent.log", "w"))
+                                       os.environ.get("BENCH_AGENT_LOG_LEVEL", "warn")], stdout=subprocess.DEVNULL, stderr=open(self.workdir / "agent.log", "w"))
         self.online = threading.Event()
         wait_until(self.online.is_set, 10, "the agent online")
         time.sleep(0.3)
@@ -179,6 +180,7 @@ def main():
     for repeat in range(args.repeats):
         workdir = tempfile.mkdtemp(prefix="agent-bench-")
         run = Run(args.agent, workdir)
+        ok = False
         try:
             row = {}
             row["idle_threads"], row["idle_rss_kib"] = proc_status(run.agent.pid)
@@ -190,11 +192,15 @@ def main():
             for total in (int(n) for n in args.hold.split(",")):
                 row[f"threads_{total}"], row[f"rss_kib_{total}"] = run.hold(total)
             rows.append(row)
+            ok = True
             print(f"run {repeat + 1}: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
                                                    for k, v in row.items()), flush=True)
         finally:
             run.close()
-            shutil.rmtree(workdir, ignore_errors=True)
+            if ok and not os.environ.get("BENCH_KEEP"):
+                shutil.rmtree(workdir, ignore_errors=True)
+            else:
+                print("kept for inspection:", workdir, file=sys.stderr)
     print("\nmedians over", len(rows), "runs:")
     for key in rows[0]:
         values = [row[key] for row in rows]

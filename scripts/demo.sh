@@ -40,6 +40,7 @@ cat >"$WORK/mosquitto.conf" <<CONF
 listener $MQTT_PORT 127.0.0.1
 allow_anonymous true
 persistence false
+set_tcp_nodelay true
 CONF
 mosquitto -c "$WORK/mosquitto.conf" >"$WORK/mosquitto.log" 2>&1 &
 PIDS+=($!)

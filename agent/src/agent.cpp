@@ -1,5 +1,7 @@
 #include "k8s4r/agent/agent.h"
 
+#include "durable_file.h"
+
 #include "k8s4r/agent/device_info.h"
 #include "k8s4r/agent/task_logs.h"
 #include "k8s4r/common/duration.h"
@@ -30,7 +32,9 @@ namespace {
 
 constexpr auto kMaxReconnectBackoff = 30s;
 constexpr auto kMaxRegisterBackoff = 60s;
-constexpr std::size_t kMaxInFlightReports = 64;
+// Below Mosquitto's default receive maximum (20): more would wait inside Paho,
+// which sends queued messages late (up to a quarter second was measured).
+constexpr std::size_t kMaxInFlightReports = 16;
 constexpr auto kFlushTimeout = 5s;
 // Finished tasks are remembered so a late duplicate dispatch is answered with
 // the task's final state instead of running it again.
@@ -737,8 +741,7 @@ void Agent::kill_orphans() {
     char* end = nullptr;
     const long pid = std::strtol(item->d_name, &end, 10);
     if (*end != '\0' || pid <= 0 || pid == getpid()) continue;
-    std::ifstream environ_file("/proc/" + std::string(item->d_name) + "/environ", std::ios::binary);
-    std::string variables((std::istreambuf_iterator<char>(environ_file)), std::istreambuf_iterator<char>());
+    const std::string variables = read_whole_file("/proc/" + std::string(item->d_name) + "/environ").value_or("");
     bool marked = false;
     std::string task_uid;
     for (std::size_t start = 0; start < variables.size();) {
