@@ -1,6 +1,7 @@
 #include "k8s4r/kube/client.h"
 
 #include "fake_transport.h"
+#include "k8s4r/testing/resources.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +13,7 @@ using nlohmann::json;
 using testing::FakeReply;
 using testing::FakeTransport;
 
-const Resource kTasks{"robot.k8s4r.io", "v1alpha1", "tasks", true};
+const Resource kTasks = k8s4r::testing::kTaskResource;
 
 struct Harness {
   explicit Harness(FakeTransport::Script script, ClientConfig config = {}) {

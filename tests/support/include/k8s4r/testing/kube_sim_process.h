@@ -5,6 +5,7 @@
 
 #include "k8s4r/kube/client.h"
 #include "k8s4r/kube/config.h"
+#include "k8s4r/testing/resources.h"
 
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
@@ -51,7 +52,5 @@ nlohmann::json yaml_to_json(const YAML::Node& node);
 
 // A minimal valid Task named `name` in robot.k8s4r.io/v1alpha1.
 nlohmann::json task_json(const std::string& name);
-
-inline const kube::Resource kTaskResource{"robot.k8s4r.io", "v1alpha1", "tasks", true};
 
 }  // namespace k8s4r::testing
