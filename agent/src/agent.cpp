@@ -16,7 +16,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <random>
 
 namespace k8s4r::agent {
@@ -127,6 +126,18 @@ Agent::~Agent() {
 
 std::string Agent::task_dir(const std::string& uid) const {
   return (fs::path(config_.work_dir) / "tasks" / uid).string();
+}
+
+std::string Agent::task_file(const std::string& uid, const char* name) const {
+  return (fs::path(task_dir(uid)) / name).string();
+}
+
+std::string Agent::final_logs_tail(const std::string& uid) const {
+  return logs_tail(task_file(uid, "stdout.log"), task_file(uid, "stderr.log"), kMaxLogsTailCharacters);
+}
+
+std::chrono::nanoseconds Agent::kill_timeout_of(const Task& task) const {
+  return task.spec.kill_timeout.value_or(config_.default_kill_timeout);
 }
 
 // ---- start and connection ----------------------------------------------------
@@ -257,8 +268,7 @@ void Agent::send_heartbeat() {
       beat.running_tasks.push_back(uid);
       // A chatty task's logs are kept in bounds here, between heartbeats.
       for (const char* stream : {"stdout.log", "stderr.log"}) {
-        const std::string path = (fs::path(task_dir(uid)) / stream).string();
-        if (cap_log(path, config_.max_log_bytes))
+        if (cap_log(task_file(uid, stream), config_.max_log_bytes))
           spdlog::info("task {}: {} rotated at {} bytes", uid, stream, config_.max_log_bytes);
       }
     }
@@ -371,25 +381,21 @@ void Agent::create_task(const Dispatch& dispatch) {
     return refuse("UnsupportedDriver",
                   "driver " + std::string(to_string(task.spec.driver)) + " is not supported; use exec or raw_exec");
   }
-  if (!task.spec.user.empty() && geteuid() != 0) {
-    const passwd* self = getpwuid(geteuid());
-    if (!self || task.spec.user != self->pw_name) {
+  if (!task.spec.user.empty()) {
+    const passwd* user = getpwnam(task.spec.user.c_str());
+    if (!user) return refuse("InvalidTask", "spec.user " + task.spec.user + " does not exist on this robot");
+    if (geteuid() != 0 && user->pw_uid != geteuid()) {
       return refuse("InvalidTask", "spec.user " + task.spec.user + " needs the agent to run as root");
     }
-  }
-  if (!task.spec.user.empty() && !getpwnam(task.spec.user.c_str())) {
-    return refuse("InvalidTask", "spec.user " + task.spec.user + " does not exist on this robot");
+    if (geteuid() == 0) task.run_as = RunAs{user->pw_uid, user->pw_gid};
   }
 
   std::error_code error;
   fs::remove_all(task_dir(uid), error);
   fs::create_directories(task_dir(uid), error);
   if (error) return refuse("StartFailed", "cannot create the task directory: " + error.message());
-  if (!task.spec.user.empty() && geteuid() == 0) {
-    const passwd* user = getpwnam(task.spec.user.c_str());
-    if (chown(task_dir(uid).c_str(), user->pw_uid, user->pw_gid) != 0) {
-      return refuse("StartFailed", "cannot give the task directory to " + task.spec.user);
-    }
+  if (task.run_as && chown(task_dir(uid).c_str(), task.run_as->uid, task.run_as->gid) != 0) {
+    return refuse("StartFailed", "cannot give the task directory to " + task.spec.user);
   }
   save(task);
   spdlog::info("task {} ({}): accepted", uid, task.name);
@@ -404,21 +410,16 @@ void Agent::on_artifacts(const std::string& uid, Result<void> outcome) {
   auto found = tasks_.find(uid);
   if (found == tasks_.end() || found->second.phase != Phase::fetching) return;
   Task& task = found->second;
-  if (task.stop_requested) {
-    return finish(task, failure(to_string(*task.stop_requested), "Stopped", "stopped before it started"));
-  }
   if (!outcome) {
     spdlog::warn("task {}: artifact download failed: {}", uid, outcome.error().message);
     return finish(task, failure("DownloadFailed", "DownloadFailed", outcome.error().message));
   }
-  if (!task.spec.user.empty() && geteuid() == 0) {
+  if (task.run_as) {
     // Downloaded by root; the task's user must be able to read and replace them.
-    if (const passwd* user = getpwnam(task.spec.user.c_str())) {
-      std::error_code error;
-      for (const auto& item : fs::recursive_directory_iterator(task_dir(uid), error)) {
-        if (lchown(item.path().c_str(), user->pw_uid, user->pw_gid) != 0) {
-          spdlog::warn("task {}: cannot give {} to {}", uid, item.path().string(), task.spec.user);
-        }
+    std::error_code error;
+    for (const auto& item : fs::recursive_directory_iterator(task_dir(uid), error)) {
+      if (lchown(item.path().c_str(), task.run_as->uid, task.run_as->gid) != 0) {
+        spdlog::warn("task {}: cannot give {} to {}", uid, item.path().string(), task.spec.user);
       }
     }
   }
@@ -429,8 +430,8 @@ ProcessSpec Agent::process_spec(const Task& task) const {
   ProcessSpec spec;
   const std::string dir = task_dir(task.uid);
   spec.working_dir = dir;
-  spec.stdout_path = (fs::path(dir) / "stdout.log").string();
-  spec.stderr_path = (fs::path(dir) / "stderr.log").string();
+  spec.stdout_path = task_file(task.uid, "stdout.log");
+  spec.stderr_path = task_file(task.uid, "stderr.log");
   spec.append_output = task.restarts.restart_count() > 0;
   const char* path = std::getenv("PATH");
   spec.env["PATH"] = path ? path : "/usr/local/bin:/usr/bin:/bin";
@@ -445,13 +446,11 @@ ProcessSpec Agent::process_spec(const Task& task) const {
   const ExecConfig& exec = *task.spec.exec_config;
   spec.command = exec.command;
   spec.args = exec.args;
-  if (!task.spec.user.empty() && geteuid() == 0) {
+  if (task.run_as) {
     // posix_spawn cannot change user; setpriv (util-linux) does, then execs
     // the command itself, so the task is still the process group's leader.
-    const passwd* user = getpwnam(task.spec.user.c_str());
-    if (!user) return spec;  // start_process checks the user first
     spec.args.insert(spec.args.begin(),
-                     {"--reuid=" + std::to_string(user->pw_uid), "--regid=" + std::to_string(user->pw_gid),
+                     {"--reuid=" + std::to_string(task.run_as->uid), "--regid=" + std::to_string(task.run_as->gid),
                       "--init-groups", "--", exec.command});
     spec.command = "setpriv";
     spec.env["USER"] = spec.env["LOGNAME"] = task.spec.user;
@@ -460,11 +459,7 @@ ProcessSpec Agent::process_spec(const Task& task) const {
 }
 
 void Agent::start_process(Task& task) {
-  if (!task.spec.user.empty() && !getpwnam(task.spec.user.c_str())) {
-    return finish(task, failure("StartFailed", "StartFailed", "user " + task.spec.user + " no longer exists"));
-  }
-  const auto kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);
-  auto pid = monitor_->launch(task.uid, process_spec(task), task.spec.timeout, kill_timeout);
+  auto pid = monitor_->launch(task.uid, process_spec(task), task.spec.timeout, kill_timeout_of(task));
   if (!pid) {
     spdlog::warn("task {}: cannot start: {}", task.uid, pid.error().message);
     return finish(task, failure("StartFailed", "StartFailed", pid.error().message));
@@ -491,7 +486,8 @@ void Agent::stop(Task& task, StopReason reason) {
       monitor_->stop_task(task.uid, reason);
       break;
     case Phase::fetching:
-      task.stop_requested = reason;  // the download finishes, then nothing starts
+      // The download runs on; its result is ignored, and nothing starts.
+      finish(task, failure(to_string(reason), "Stopped", "stopped before it started"));
       break;
     case Phase::waiting_restart: {
       loop_.cancel(task.restart_timer);
@@ -513,22 +509,17 @@ void Agent::on_exit(const TaskExit& exit) {
   if (found == tasks_.end()) return;
   Task& task = found->second;
   task.pid = 0;
-  TaskStatus status;
-  status.started_at = task.started_at;
-  status.finished_at = now_utc();
-  const std::string dir = task_dir(task.uid);
-
   if (!exit.status_known) {
-    status.state = TaskRunState::failed;
-    status.reason = exit.stopped_by ? to_string(*exit.stopped_by) : "AgentRestarted";
-    status.event = "Exited";
-    status.message =
-        "ran on across an agent restart and ended; its exit code is unknown, since the restarted agent is not its "
-        "parent";
-    status.logs_tail = logs_tail(dir + "/stdout.log", dir + "/stderr.log", kMaxLogsTailCharacters);
+    TaskStatus status = failure(exit.stopped_by ? to_string(*exit.stopped_by) : "AgentRestarted", "Exited",
+                                "ran on across an agent restart and ended; its exit code is unknown, since the "
+                                "restarted agent is not its parent");
+    status.finished_at = now_utc();
+    status.logs_tail = final_logs_tail(task.uid);
     return finish(task, status);
   }
 
+  TaskStatus status;
+  status.finished_at = now_utc();
   status.exit_code = exit.status.exit_code;
   if (exit.status.signal != 0) status.signal = exit.status.signal;
   const std::optional<StopReason> stopped_by = exit.stopped_by ? exit.stopped_by : task.stop_requested;
@@ -536,10 +527,9 @@ void Agent::on_exit(const TaskExit& exit) {
   status.event = exit.status.signal == SIGKILL ? "Killed" : exit.status.signal != 0 ? "Terminated" : "Exited";
   status.message = decision.message;
   if (stopped_by == StopReason::timeout && task.spec.timeout) {
-    const auto kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);
     status.message =
         exit.status.signal == SIGKILL
-            ? "did not stop " + format_go_duration(kill_timeout) + " after SIGTERM at its " +
+            ? "did not stop " + format_go_duration(kill_timeout_of(task)) + " after SIGTERM at its " +
                   format_go_duration(*task.spec.timeout) + " timeout; killed"
             : "stopped at its " + format_go_duration(*task.spec.timeout) + " timeout, " + describe(exit.status);
   } else if (stopped_by) {
@@ -569,7 +559,7 @@ void Agent::on_exit(const TaskExit& exit) {
       return;
     }
   }
-  status.logs_tail = logs_tail(dir + "/stdout.log", dir + "/stderr.log", kMaxLogsTailCharacters);
+  status.logs_tail = final_logs_tail(task.uid);
   spdlog::info("task {}: {} ({})", task.uid, to_string(status.state), status.message);
   finish(task, status);
 }
@@ -669,6 +659,7 @@ void Agent::prune_finished() {
 // ---- restart of the agent -------------------------------------------------------
 
 void Agent::restore() {
+  // A copy: finishing a task below rewrites the journal.
   const auto entries = journal_->entries();
   for (const auto& [uid, entry] : entries) {
     Task& task = tasks_[uid];
@@ -699,12 +690,10 @@ void Agent::restore() {
       auto started = EventLoop::Clock::now();
       if (task.started_at)
         started -= std::chrono::duration_cast<EventLoop::Clock::duration>(now_utc() - *task.started_at);
-      const auto kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);
-      if (auto adopted = monitor_->adopt(uid, entry.pid, started, task.spec.timeout, kill_timeout); adopted) {
+      if (monitor_->adopt(uid, entry.pid, started, task.spec.timeout, kill_timeout_of(task))) {
         task.phase = Phase::running;
         task.pid = entry.pid;
         task.process_start = entry.process_start;
-        task.adopted = true;
         spdlog::info("task {}: pid {} still runs; watching it again", uid, entry.pid);
         continue;
       }
@@ -719,8 +708,7 @@ void Agent::restore() {
     status.message = entry.pid > 0 ? "the agent restarted and the task's process (pid " + std::to_string(entry.pid) +
                                          ") had ended meanwhile; its exit code is unknown"
                                    : "the agent restarted before the task's process started";
-    const std::string dir = task_dir(uid);
-    status.logs_tail = logs_tail(dir + "/stdout.log", dir + "/stderr.log", kMaxLogsTailCharacters);
+    status.logs_tail = final_logs_tail(uid);
     spdlog::warn("task {}: {}", uid, status.message);
     finish(task, status);
   }
@@ -777,12 +765,6 @@ void Agent::shutdown() {
     if (task.phase != Phase::finished) active.push_back(uid);
   }
   for (const std::string& uid : active) stop(tasks_.at(uid), StopReason::shutdown);
-  for (const std::string& uid : active) {
-    Task& task = tasks_.at(uid);
-    if (task.phase == Phase::fetching) {
-      finish(task, failure(to_string(StopReason::shutdown), "Stopped", "the agent shut down while fetching artifacts"));
-    }
-  }
   check_shutdown_progress();
 }
 

@@ -2,7 +2,6 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
@@ -70,9 +69,9 @@ Result<void> Monitor::adopt(const std::string& task_uid, pid_t pid, SteadyTime s
                             std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout) {
   std::lock_guard lock(mutex_);
   if (children_.count(task_uid)) return Error{"taskUid", task_uid + " is already running"};
-  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (pidfd < 0) return Error{"pid", "cannot watch pid " + std::to_string(pid) + ": " + std::strerror(errno)};
-  watch(task_uid, Child{pid, pidfd, std::nullopt, true}, started, timeout, kill_timeout);
+  auto pidfd = open_pidfd(pid);
+  if (!pidfd) return pidfd.error();
+  watch(task_uid, Child{pid, pidfd.value(), std::nullopt, true}, started, timeout, kill_timeout);
   return ok();
 }
 

@@ -13,8 +13,6 @@ namespace k8s4r::agent {
 
 namespace {
 
-int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
-
 Error spawn_error(const ProcessSpec& spec, const std::string& what, int error) {
   return Error{"command", "cannot start '" + spec.command + "': " + what + ": " + std::strerror(error)};
 }
@@ -67,14 +65,19 @@ Result<SpawnedProcess> spawn_process(const ProcessSpec& spec) {
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attributes);
   if (error != 0) return spawn_error(spec, "posix_spawn", error);
-  const int pidfd = pidfd_open(pid);
-  if (pidfd < 0) {
-    const int open_error = errno;
+  auto pidfd = open_pidfd(pid);
+  if (!pidfd) {
     kill(-pid, SIGKILL);
     waitpid(pid, nullptr, 0);
-    return spawn_error(spec, "pidfd_open", open_error);
+    return Error{"command", "cannot start '" + spec.command + "': " + pidfd.error().message};
   }
-  return SpawnedProcess{pid, pidfd};
+  return SpawnedProcess{pid, pidfd.value()};
+}
+
+Result<int> open_pidfd(pid_t pid) {
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return Error{"pid", "pidfd_open(" + std::to_string(pid) + "): " + std::strerror(errno)};
+  return pidfd;
 }
 
 Result<void> signal_process_group(pid_t pgid, int signal) {

@@ -63,6 +63,10 @@ class Agent {
 
  private:
   enum class Phase { fetching, running, waiting_restart, finished };
+  struct RunAs {
+    uid_t uid;
+    gid_t gid;
+  };
   struct Task {
     std::string uid, name;
     TaskSpec spec;
@@ -70,10 +74,12 @@ class Agent {
     Phase phase = Phase::fetching;
     RestartTracker restarts{std::nullopt};
     std::int64_t earlier_restarts = 0;  // made before the agent restarted
+    std::optional<RunAs> run_as;        // spec.user, resolved when accepted (agent running as root)
     pid_t pid = 0;
     std::uint64_t process_start = 0;
-    bool adopted = false;
-    std::optional<StopReason> stop_requested;  // while fetching or waiting to restart
+    // Set when the agent stopped it: an exit already on its way to the loop
+    // must then not lead to a restart.
+    std::optional<StopReason> stop_requested;
     EventLoop::TimerId restart_timer = 0;
     std::optional<Timestamp> started_at;
     std::optional<TaskStatus> last_report;
@@ -106,6 +112,9 @@ class Agent {
   void restore();
   void kill_orphans();
   std::string task_dir(const std::string& uid) const;
+  std::string task_file(const std::string& uid, const char* name) const;
+  std::string final_logs_tail(const std::string& uid) const;
+  std::chrono::nanoseconds kill_timeout_of(const Task& task) const;
   ProcessSpec process_spec(const Task& task) const;
 
   // Reports

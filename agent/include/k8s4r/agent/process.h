@@ -33,6 +33,10 @@ struct SpawnedProcess {
 // why (not found, not executable, working directory missing, ...).
 Result<SpawnedProcess> spawn_process(const ProcessSpec& spec);
 
+// A pidfd for `pid` (owned by the caller): readable once the process exits,
+// whether or not it is our child.
+Result<int> open_pidfd(pid_t pid);
+
 // Sends `signal` to the process group `pgid`; ESRCH (already gone) is success.
 Result<void> signal_process_group(pid_t pgid, int signal);
 
