@@ -135,9 +135,14 @@ std::size_t thread_count() {
 
 TEST_F(MonitorTest, OneThreadWatchesEveryTask) {
   const std::size_t before = thread_count();
-  for (int i = 0; i < 50; ++i) ASSERT_TRUE(monitor_.launch("t" + std::to_string(i), shell("sleep 100"), 100ms, 1s));
+  // No timeout: on a loaded machine launching 50 can take longer than any
+  // short one, and the count below must see all of them running.
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(monitor_.launch("t" + std::to_string(i), shell("sleep 100"), std::nullopt, 1s));
+  }
   EXPECT_EQ(monitor_.running(), 50u);
   EXPECT_EQ(thread_count(), before);
+  for (int i = 0; i < 50; ++i) monitor_.stop_task("t" + std::to_string(i), StopReason::shutdown);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(wait_exit("t" + std::to_string(i)).status.signal, SIGTERM);
 }
 
