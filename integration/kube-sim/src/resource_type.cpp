@@ -43,59 +43,6 @@ std::vector<std::string> strings(const json& list) {
 
 }  // namespace
 
-std::vector<ResourceType> builtin_types() {
-  return {
-      ResourceType{
-          .version = "v1",
-          .plural = "namespaces",
-          .singular = "namespace",
-          .kind = "Namespace",
-          .list_kind = "NamespaceList",
-          .namespaced = false,
-          .short_names = {"ns"},
-          .status_subresource = true,
-          .columns = {{"Status", "string", "", "The status of the namespace", ".status.phase", 0}, age_column()},
-          .selectable_fields = {"status.phase"},
-          .builtin = true},
-      ResourceType{
-          .version = "v1",
-          .plural = "events",
-          .singular = "event",
-          .kind = "Event",
-          .list_kind = "EventList",
-          .short_names = {"ev"},
-          .columns = {{"Last Seen", "date", "", "", ".lastTimestamp", 0},
-                      {"Type", "string", "", "", ".type", 0},
-                      {"Reason", "string", "", "", ".reason", 0},
-                      {"Object", "string", "", "", ".involvedObject.name", 0},
-                      {"Message", "string", "", "", ".message", 0}},
-          .selectable_fields = {"involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
-                                "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
-                                "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"},
-          .builtin = true},
-      ResourceType{.group = "coordination.k8s.io",
-                   .version = "v1",
-                   .plural = "leases",
-                   .singular = "lease",
-                   .kind = "Lease",
-                   .list_kind = "LeaseList",
-                   .columns = {{"Holder", "string", "", "", ".spec.holderIdentity", 0}, age_column()},
-                   .builtin = true},
-      ResourceType{.group = "apiextensions.k8s.io",
-                   .version = "v1",
-                   .plural = "customresourcedefinitions",
-                   .singular = "customresourcedefinition",
-                   .kind = "CustomResourceDefinition",
-                   .list_kind = "CustomResourceDefinitionList",
-                   .namespaced = false,
-                   .short_names = {"crd", "crds"},
-                   .categories = {"api-extensions"},
-                   .status_subresource = true,
-                   .columns = {{"Created At", "date", "", "", ".metadata.creationTimestamp", 0}},
-                   .builtin = true},
-  };
-}
-
 std::vector<ResourceType> types_from_crd(const json& crd, std::vector<CrdProblem>& problems) {
   const auto problem = [&](std::string field, std::string message, std::string reason = "FieldValueInvalid") {
     problems.push_back({std::move(field), std::move(message), std::move(reason)});

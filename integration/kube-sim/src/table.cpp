@@ -129,8 +129,10 @@ json to_table(const ResourceType& type, const std::vector<json>& objects, const 
   json rows = json::array();
   for (const json& object : objects) {
     json cells = json::array({json_path_value(object, ".metadata.name")});
-    for (const PrinterColumn& column : type.columns)
-      cells.push_back(cell(column, json_path_value(object, column.json_path), now));
+    for (const PrinterColumn& column : type.columns) {
+      json value = column.compute ? column.compute(object) : json_path_value(object, column.json_path);
+      cells.push_back(column.raw ? value : cell(column, value, now));
+    }
     json row = {{"cells", cells}};
     if (include == IncludeObject::metadata) row["object"] = partial_metadata(object);
     if (include == IncludeObject::object) row["object"] = object;

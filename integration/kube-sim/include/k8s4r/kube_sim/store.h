@@ -90,9 +90,8 @@ class Watcher {
   std::condition_variable ready_;
   std::deque<WatchEvent> queue_;
   bool closed_ = false;
-  // Filters, fixed at creation.
-  std::string api_version_;
-  std::string kind_;  // for BOOKMARK objects
+  // What it watches and its filters, fixed at creation.
+  ResourceType type_;  // objects are shown in its version
   std::string namespace_;
   LabelSelector labels_;
   FieldSelector fields_;
@@ -153,8 +152,8 @@ class Store {
   };
   // One per stored resource (group + plural), shared by its served versions.
   struct Resource {
-    std::map<std::string, ResourceType> versions;  // version -> served type
-    std::string storage_version;
+    std::map<std::string, ResourceType> versions;                          // apiVersion -> served type
+    std::string storage_version;                                           // the apiVersion objects are stored in
     std::map<std::string, std::shared_ptr<const nlohmann::json>> objects;  // "namespace/name" -> object
     std::deque<HistoryEvent> history;
     std::uint64_t window_start = 0;  // history holds every event after this resourceVersion
@@ -162,9 +161,12 @@ class Store {
   };
   using Objects = std::map<std::string, std::shared_ptr<const nlohmann::json>>;
 
+  std::optional<ResourceType> find_type_locked(const std::string& group, const std::string& version,
+                                               const std::string& plural) const;
   Resource* resource_of(const ResourceType& type);
   const Resource* resource_of(const ResourceType& type) const;
-  static std::string resource_key(const ResourceType& type) { return type.group + "/" + type.plural; }
+  static std::string resource_key(const ResourceType& type) { return type.storage_key(); }
+  static const ResourceType& storage_type(const Resource& resource);
   static std::string object_key(const std::string& namespace_, const std::string& name) {
     return namespace_ + "/" + name;
   }

@@ -1,0 +1,103 @@
+#include "store_util.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+namespace k8s4r::kube_sim {
+
+using nlohmann::json;
+
+std::string random_uid() {
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  std::uniform_int_distribution<std::uint64_t> bits;
+  const std::uint64_t high = (bits(random) & 0xFFFFFFFFFFFF0FFFULL) | 0x0000000000004000ULL;  // version 4
+  const std::uint64_t low = (bits(random) & 0x3FFFFFFFFFFFFFFFULL) | 0x8000000000000000ULL;   // variant 10
+  char text[37];
+  std::snprintf(text, sizeof text, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(high >> 32),
+                static_cast<unsigned>((high >> 16) & 0xFFFF), static_cast<unsigned>(high & 0xFFFF),
+                static_cast<unsigned>(low >> 48), static_cast<unsigned long long>(low & 0xFFFFFFFFFFFFULL));
+  return text;
+}
+
+// generateName suffixes use the same alphabet as kube-apiserver (no vowels).
+std::string random_suffix() {
+  static constexpr char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
+  thread_local std::mt19937 random{std::random_device{}()};
+  std::uniform_int_distribution<std::size_t> pick(0, sizeof kAlphabet - 2);
+  std::string suffix;
+  for (int i = 0; i < 5; ++i) suffix += kAlphabet[pick(random)];
+  return suffix;
+}
+
+const json& metadata_of(const json& object) {
+  static const json empty = json::object();
+  return object.contains("metadata") && object["metadata"].is_object() ? object["metadata"] : empty;
+}
+
+std::string string_at(const json& object, const char* key) {
+  return object.contains(key) && object[key].is_string() ? object[key].get<std::string>() : "";
+}
+
+bool has_finalizers(const json& object) {
+  const json& metadata = metadata_of(object);
+  return metadata.contains("finalizers") && metadata["finalizers"].is_array() && !metadata["finalizers"].empty();
+}
+
+bool has_finalizer(const json& object, const std::string& finalizer) {
+  const json& metadata = metadata_of(object);
+  if (!metadata.contains("finalizers") || !metadata["finalizers"].is_array()) return false;
+  for (const json& item : metadata["finalizers"]) {
+    if (item.is_string() && item.get<std::string>() == finalizer) return true;
+  }
+  return false;
+}
+
+std::optional<std::uint64_t> parse_version(const std::string& text) {
+  if (text.empty() || text.size() > 19) return std::nullopt;
+  std::uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return value;
+}
+
+Result<FieldSelector> checked_field_selector(const ResourceType& type, const std::string& text) {
+  auto selector = FieldSelector::parse(text);
+  if (!selector) return selector.error();
+  for (const auto& requirement : selector.value().requirements()) {
+    const std::string& path = requirement.path;
+    if (path == "metadata.name" || path == "metadata.namespace") continue;
+    if (std::find(type.selectable_fields.begin(), type.selectable_fields.end(), path) != type.selectable_fields.end())
+      continue;
+    return Error{"fieldSelector", "field label not supported: " + path};
+  }
+  return selector;
+}
+
+bool valid_object_name(const std::string& name, bool label_only) {
+  if (name.empty() || name.size() > (label_only ? 63u : 253u)) return false;
+  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  for (char c : name) {
+    if (!alnum(c) && c != '-' && (label_only || c != '.')) return false;
+  }
+  return alnum(name.front()) && alnum(name.back());
+}
+
+// A body naming another apiVersion or kind than the URL is refused, as
+// kube-apiserver does; one naming none is taken to mean the URL's.
+std::optional<ApiResponse> check_type_meta(const json& body, const ResourceType& type) {
+  const std::string api_version = string_at(body, "apiVersion");
+  const std::string kind = string_at(body, "kind");
+  if (!api_version.empty() && api_version != type.api_version()) {
+    return bad_request("the API version in the data (" + api_version + ") does not match the expected API version (" +
+                       type.api_version() + ")");
+  }
+  if (!kind.empty() && kind != type.kind) {
+    return bad_request("the kind in the data (" + kind + ") does not match the expected kind (" + type.kind + ")");
+  }
+  return std::nullopt;
+}
+
+}  // namespace k8s4r::kube_sim

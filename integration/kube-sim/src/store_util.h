@@ -1,0 +1,42 @@
+// Small helpers the store's files share: reading metadata, server-set
+// identifiers, resourceVersion and selector parsing. Private to kube_sim.
+#pragma once
+
+#include "k8s4r/common/result.h"
+#include "k8s4r/kube_sim/api_status.h"
+#include "k8s4r/kube_sim/resource_type.h"
+#include "k8s4r/kube_sim/selectors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace k8s4r::kube_sim {
+
+// A random RFC 4122 version 4 UUID, as object uids are.
+std::string random_uid();
+// Five characters from kube-apiserver's generateName alphabet (no vowels).
+std::string random_suffix();
+
+// object.metadata, or an empty object when absent or not an object.
+const nlohmann::json& metadata_of(const nlohmann::json& object);
+// object[key] when it is a string, else "".
+std::string string_at(const nlohmann::json& object, const char* key);
+bool has_finalizers(const nlohmann::json& object);
+bool has_finalizer(const nlohmann::json& object, const std::string& finalizer);
+
+// A resourceVersion: decimal digits that fit in 64 bits.
+std::optional<std::uint64_t> parse_version(const std::string& text);
+
+// A field selector on metadata.name, metadata.namespace or one of the
+// type's selectable fields; others are "field label not supported".
+Result<FieldSelector> checked_field_selector(const ResourceType& type, const std::string& text);
+
+// A lowercase RFC 1123 subdomain (or label, when `label_only`).
+bool valid_object_name(const std::string& name, bool label_only);
+// 400 when the body names another apiVersion or kind than the URL.
+std::optional<ApiResponse> check_type_meta(const nlohmann::json& body, const ResourceType& type);
+
+}  // namespace k8s4r::kube_sim

@@ -1,0 +1,205 @@
+// PUT and PATCH (merge, JSON, strategic on built-ins): optimistic
+// concurrency on resourceVersion, the fields a client cannot change, the
+// status subresource split, generation, and no-op detection.
+#include "k8s4r/kube_sim/store.h"
+
+#include "conversion.h"
+#include "store_util.h"
+
+#include <set>
+
+namespace k8s4r::kube_sim {
+
+using nlohmann::json;
+
+namespace {
+
+// Everything but metadata and status: what moves `generation`.
+json spec_part(const json& object) {
+  json copy = object;
+  copy.erase("metadata");
+  copy.erase("status");
+  return copy;
+}
+
+// The object without what the server sets on every write, to tell a no-op.
+json comparable(const json& object) {
+  json copy = object;
+  if (copy.contains("metadata")) {
+    copy["metadata"].erase("resourceVersion");
+    copy["metadata"].erase("managedFields");
+  }
+  return copy;
+}
+
+// Strategic-merge-patch directives ($patch, $setElementOrder/..., $retainKeys)
+// have no meaning in a JSON merge patch; drop them.
+void strip_directives(json& patch) {
+  if (!patch.is_object()) return;
+  for (auto it = patch.begin(); it != patch.end();) {
+    if (!it.key().empty() && it.key().front() == '$') {
+      it = patch.erase(it);
+    } else {
+      strip_directives(*it);
+      ++it;
+    }
+  }
+}
+
+}  // namespace
+
+ApiResponse Store::replace(const Target& target, const std::string& name, json body, bool status_subresource,
+                           const WriteOptions& options) {
+  std::lock_guard lock(mutex_);
+  return update_locked(target, name, std::move(body), status_subresource, options, false);
+}
+
+ApiResponse Store::update_locked(const Target& target, const std::string& name, json body, bool status_subresource,
+                                 const WriteOptions& options, bool from_patch) {
+  const ResourceType& type = target.type;
+  Resource* resource = resource_of(type);
+  if (resource == nullptr) return not_found_path(type.key());
+  if (!body.is_object()) return bad_request("the body of the request must be a JSON object");
+  const std::string namespace_ = type.namespaced ? target.namespace_ : "";
+  const std::string key = object_key(namespace_, name);
+  auto found = resource->objects.find(key);
+  if (found == resource->objects.end()) return not_found(subject(type, name));
+  const json& existing = *found->second;
+  const json& old_metadata = metadata_of(existing);
+
+  if (auto mismatch = check_type_meta(body, type)) return *mismatch;
+  if (type.api_version() != resource->storage_version) body = convert(body, storage_type(*resource));
+  if (!body.contains("metadata") || !body["metadata"].is_object()) body["metadata"] = json::object();
+  json& metadata = body["metadata"];
+  const std::string body_name = string_at(metadata, "name");
+  if (!body_name.empty() && body_name != name) {
+    return bad_request("the name of the object (" + body_name + ") does not match the name on the URL (" + name + ")");
+  }
+  const std::string body_namespace = string_at(metadata, "namespace");
+  if (type.namespaced && !body_namespace.empty() && body_namespace != namespace_) {
+    return bad_request("the namespace of the provided object does not match the namespace sent on the request");
+  }
+  const std::string body_version = string_at(metadata, "resourceVersion");
+  if (body_version.empty() && !type.builtin && !from_patch) {
+    return invalid(
+        subject(type, name), type.qualified_kind(),
+        {{"FieldValueInvalid", "Invalid value: 0x0: must be specified for an update", "metadata.resourceVersion"}});
+  }
+  if (!body_version.empty() && body_version != string_at(old_metadata, "resourceVersion")) {
+    return conflict(subject(type, name),
+                    "the object has been modified; please apply your changes to the latest version and try again");
+  }
+  const std::string body_uid = string_at(metadata, "uid");
+  if (!body_uid.empty() && body_uid != string_at(old_metadata, "uid")) {
+    return conflict(subject(type, name), "Precondition failed: UID in precondition: " + body_uid +
+                                             ", UID in object meta: " + string_at(old_metadata, "uid"));
+  }
+
+  json updated;
+  if (status_subresource) {
+    // Only status moves; everything else stays as stored.
+    updated = existing;
+    if (body.contains("status")) {
+      updated["status"] = body["status"];
+    } else {
+      updated.erase("status");
+    }
+  } else {
+    updated = std::move(body);
+    updated["apiVersion"] = resource->storage_version;
+    updated["kind"] = type.kind;
+    json& new_metadata = updated["metadata"];
+    for (const char* fixed : {"name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
+                              "deletionGracePeriodSeconds", "generation"}) {
+      if (old_metadata.contains(fixed)) {
+        new_metadata[fixed] = old_metadata[fixed];
+      } else {
+        new_metadata.erase(fixed);
+      }
+    }
+    if (type.status_subresource) {
+      if (existing.contains("status")) {
+        updated["status"] = existing["status"];
+      } else {
+        updated.erase("status");
+      }
+    }
+    if (metadata_of(existing).contains("deletionTimestamp") && updated["metadata"].contains("finalizers")) {
+      // Finalizers can only be removed once deletion has started.
+      std::set<std::string> allowed;
+      for (const json& finalizer : old_metadata.value("finalizers", json::array()))
+        allowed.insert(finalizer.get<std::string>());
+      for (const json& finalizer : updated["metadata"]["finalizers"]) {
+        if (!finalizer.is_string() || !allowed.count(finalizer.get<std::string>())) {
+          return invalid(
+              subject(type, name), type.qualified_kind(),
+              {{"FieldValueForbidden", "Forbidden: no new finalizers can be added if the object is being deleted",
+                "metadata.finalizers"}});
+        }
+      }
+    }
+  }
+
+  std::vector<std::string> warnings;
+  if (auto admitted = admit(target, updated, &existing, options, warnings); !admitted.ok()) return admitted;
+  if (spec_part(updated) != spec_part(existing)) {
+    updated["metadata"]["generation"] = old_metadata.value("generation", 1) + 1;
+  }
+  if (comparable(updated) == comparable(existing)) return {200, for_version(existing, type), warnings};
+  if (options.dry_run) return {200, updated, warnings};
+
+  if (metadata_of(updated).contains("deletionTimestamp") && !has_finalizers(updated)) {
+    commit(*resource, key, std::make_shared<json>(std::move(updated)), "MODIFIED");
+    auto deleted = resource->objects.at(key);
+    finish_deletion(*resource, key);
+    return {200, for_version(*deleted, type), warnings};
+  }
+  auto stored = commit(*resource, key, std::make_shared<json>(std::move(updated)), "MODIFIED");
+  if (type.plural == "customresourcedefinitions") register_crd(*stored);
+  return {200, for_version(*stored, type), warnings};
+}
+
+ApiResponse Store::patch(const Target& target, const std::string& name, PatchType patch_type, const std::string& patch,
+                         bool status_subresource, const WriteOptions& options) {
+  const ResourceType& type = target.type;
+  if (patch_type == PatchType::apply) {
+    return unsupported_media_type(
+        "server-side apply (application/apply-patch+yaml) is not supported by k8s4r-kube-sim; use kubectl apply "
+        "without --server-side");
+  }
+  if (patch_type == PatchType::strategic && !type.builtin) {
+    return unsupported_media_type(
+        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, "
+        "application/merge-patch+json, application/apply-patch+yaml");
+  }
+  json document = json::parse(patch, nullptr, false);
+  if (document.is_discarded()) return bad_request("error decoding patch: invalid JSON");
+
+  std::lock_guard lock(mutex_);
+  Resource* resource = resource_of(type);
+  if (resource == nullptr) return not_found_path(type.key());
+  auto found = resource->objects.find(object_key(type.namespaced ? target.namespace_ : "", name));
+  if (found == resource->objects.end()) return not_found(subject(type, name));
+  json patched = for_version(*found->second, type);
+  if (patch_type == PatchType::json) {
+    if (!document.is_array()) return bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch");
+    try {
+      patched = patched.patch(document);
+    } catch (const json::exception& error) {
+      return {
+          422,
+          status_body(422, "Invalid",
+                      std::string("the server rejected our request due to an error in our request: ") + error.what()),
+          {}};
+    }
+  } else {
+    if (!document.is_object()) return bad_request("error decoding patch: a merge patch must be a JSON object");
+    if (patch_type == PatchType::strategic) strip_directives(document);
+    patched.merge_patch(document);
+  }
+  WriteOptions patch_options = options;
+  patch_options.from_patch = true;
+  return update_locked(target, name, std::move(patched), status_subresource, patch_options, true);
+}
+
+}  // namespace k8s4r::kube_sim
