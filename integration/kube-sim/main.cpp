@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -51,7 +52,31 @@ int main(int argc, char** argv) {
   app.add_option("--error-code", options.faults.error_code, "fault: 500 or 429")->check(CLI::IsMember({500, 429}));
   app.add_option("--retry-after", options.faults.retry_after_seconds, "fault: Retry-After seconds sent with 429");
   app.add_flag("--log-requests", options.log_requests, "log every request");
+  std::string anonymous;
+  app.add_option("--token-auth-file", options.token_auth_file,
+                 "CSV of static tokens: token,user,uid,\"group1,group2\" (as kube-apiserver's)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--client-ca-file", options.client_ca_file,
+                 "with --tls-cert: client certificates signed by this CA authenticate (CN user, O groups)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--anonymous-auth", anonymous,
+                 "true|false: requests without credentials (default: allowed when no credentials are configured, "
+                 "else only /version, /healthz, /livez, /readyz)")
+      ->check(CLI::IsMember({"true", "false"}));
+  app.add_option("--authorization-mode", options.authorization_mode, "AlwaysAllow or RBAC")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"AlwaysAllow", "RBAC"}));
+  app.add_option("--service-account-issuer", options.service_account_issuer,
+                 "iss of the ServiceAccount tokens TokenRequest issues")
+      ->capture_default_str();
+  app.add_option("--api-audiences", options.api_audiences, "audiences tokens must carry (default: the issuer)")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  if (!anonymous.empty()) options.anonymous_auth = anonymous == "true";
+  if (!options.client_ca_file.empty() && options.tls_cert_file.empty()) {
+    spdlog::error("--client-ca-file needs --tls-cert and --tls-key");
+    return 2;
+  }
 
   if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
     spdlog::error("--tls-cert and --tls-key go together");
@@ -76,7 +101,14 @@ int main(int argc, char** argv) {
   store_options.history_per_resource = history;
   Store store(store_options,
               [] { return std::chrono::time_point_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now()); });
-  Server server(store, options);
+  std::unique_ptr<Server> server_holder;
+  try {
+    server_holder = std::make_unique<Server>(store, options);
+  } catch (const std::exception& error) {
+    spdlog::error("{}", error.what());
+    return 2;
+  }
+  Server& server = *server_holder;
   if (!server.start()) return 1;
 
   if (!kubeconfig_path.empty()) {

@@ -164,7 +164,7 @@ TEST_F(StoreTest, WatchReplaysTheWindowAndExpiresOlderVersions) {
 TEST_F(StoreTest, WatchWithoutVersionStartsWithCurrentObjects) {
   create("a");
   ApiResponse error;
-  auto watcher = store_.watch(widgets_, {"", "", "", false, false}, error);
+  auto watcher = store_.watch(widgets_, {"", "", "", std::nullopt, false}, error);
   EXPECT_EQ(drain(*watcher), (std::vector<std::string>{"ADDED a"}));
 }
 
@@ -172,7 +172,8 @@ TEST_F(StoreTest, SelectorWatchSeesObjectsEnterAndLeave) {
   create("a", 1, {{"env", "dev"}});
   ApiResponse error;
   auto watcher = store_.watch(
-      widgets_, {"env=prod", "", store_.list(widgets_, {}).body["metadata"]["resourceVersion"], false, false}, error);
+      widgets_, {"env=prod", "", store_.list(widgets_, {}).body["metadata"]["resourceVersion"], std::nullopt, false},
+      error);
   store_.patch(widgets_, "a", PatchType::merge, R"({"metadata":{"labels":{"env":"prod"}}})", false, {});
   store_.patch(widgets_, "a", PatchType::merge, R"({"spec":{"size":2}})", false, {});
   store_.patch(widgets_, "a", PatchType::merge, R"({"metadata":{"labels":{"env":"dev"}}})", false, {});

@@ -1,50 +1,57 @@
-// POST: names (generateName), the namespace it lands in, the fields only the
-// server sets, admission, and what a new CRD or Namespace gets.
+// POST: decoding, names (generateName), the namespace it lands in, the
+// fields only the server sets, the kind's defaults and validation, metadata
+// validation, schema admission, and what a new CRD serves.
 #include "k8s4r/kube_sim/store.h"
 
 #include "conversion.h"
 #include "store_util.h"
 
-#include "k8s4r/kube_sim/schema.h"
-
-#include <algorithm>
+#include "k8s4r/kube_sim/builtin_strategies.h"
+#include "k8s4r/kube_sim/object_meta_validation.h"
 
 namespace k8s4r::kube_sim {
 
 using nlohmann::json;
 
+std::optional<ApiResponse> Store::decode_errors(const ResourceType& type, const json& body, bool from_patch) {
+  std::optional<std::string> error = metadata_type_error(body, type.kind, type.builtin);
+  if (!error) error = builtin_decode_error(type, body);
+  if (!error) return std::nullopt;
+  if (from_patch) {
+    // A patch whose result does not decode: 422 naming the patched object.
+    return invalid({"", "", ""}, "",
+                   {{"FieldValueInvalid", "Invalid value: \"" + body.dump() + "\": " + *error, "patch"}});
+  }
+  return bad_request(type.kind + " in version \"" + type.version + "\" cannot be handled as a " + type.kind + ": " +
+                     *error);
+}
+
 ApiResponse Store::create(const Target& target, json body, const WriteOptions& options) {
+  std::lock_guard lock(mutex_);
+  ApiResponse response = create_locked(target, std::move(body), options);
+  run_controllers_locked();
+  return response;
+}
+
+ApiResponse Store::create_locked(const Target& target, json body, const WriteOptions& options) {
   const ResourceType& type = target.type;
   if (!body.is_object()) return bad_request("the body of the request must be a JSON object");
   if (auto mismatch = check_type_meta(body, type)) return *mismatch;
+  if (auto error = decode_errors(type, body, false)) return *error;
   body["apiVersion"] = type.api_version();
   body["kind"] = type.kind;
   if (!body.contains("metadata") || !body["metadata"].is_object()) body["metadata"] = json::object();
 
-  std::lock_guard lock(mutex_);
   Resource* resource = resource_of(type);
   if (resource == nullptr) return not_found_path(type.key());
-  if (type.api_version() != resource->storage_version) {
-    body = convert(body, storage_type(*resource));
-  }
+  if (type.api_version() != resource->storage_version) body = convert(body, storage_type(*resource));
   json& metadata = body["metadata"];
 
   std::string name = string_at(metadata, "name");
   if (name.empty() && !string_at(metadata, "generateName").empty()) {
-    name = string_at(metadata, "generateName") + random_suffix();
+    // As kube-apiserver: the prefix is cut to 58 characters, then 5 random ones.
+    name = string_at(metadata, "generateName").substr(0, 58) + random_suffix();
     metadata["name"] = name;
-  }
-  if (name.empty()) {
-    return invalid(subject(type, ""), type.qualified_kind(),
-                   {{"FieldValueRequired", "Required value: name or generateName is required", "metadata.name"}});
-  }
-  if (!valid_object_name(name, type.plural == "namespaces")) {
-    return invalid(subject(type, name), type.qualified_kind(),
-                   {{"FieldValueInvalid",
-                     "Invalid value: \"" + name +
-                         "\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-                         "or '.', and must start and end with an alphanumeric character",
-                     "metadata.name"}});
   }
   std::string namespace_;
   if (type.namespaced) {
@@ -58,75 +65,63 @@ ApiResponse Store::create(const Target& target, json body, const WriteOptions& o
     auto ns = namespaces.objects.find(object_key("", namespace_));
     if (ns == namespaces.objects.end()) return not_found({"", "namespaces", namespace_});
     if (metadata_of(*ns->second).contains("deletionTimestamp")) {
+      // The NamespaceLifecycle admission plugin.
+      json details = {{"name", name.empty() ? "Unknown" : name},
+                      {"kind", type.plural},
+                      {"causes",
+                       {{{"reason", "NamespaceTerminating"},
+                         {"message", "namespace " + namespace_ + " is being terminated"},
+                         {"field", "metadata.namespace"}}}}};
+      if (!type.group.empty()) details["group"] = type.group;
       return {403,
               status_body(403, "Forbidden",
-                          type.qualified_plural() + " \"" + name +
+                          type.qualified_plural() + " \"" + (name.empty() ? "Unknown" : name) +
                               "\" is forbidden: unable to create new content in namespace " + namespace_ +
-                              " because it is being terminated"),
+                              " because it is being terminated",
+                          details),
               {}};
     }
     metadata["namespace"] = namespace_;
   } else {
     metadata.erase("namespace");
   }
-  const std::string key = object_key(namespace_, name);
-  if (resource->objects.count(key)) return already_exists(subject(type, name));
 
   // Fields only the server sets.
   metadata["uid"] = random_uid();
   metadata["creationTimestamp"] = format_rfc3339(clock_());
-  metadata["generation"] = 1;
+  // generation counts spec changes of the kinds that track them: custom
+  // resources and CRDs here (core kinds such as ConfigMap leave it unset).
+  if (!type.builtin || type.plural == "customresourcedefinitions") {
+    metadata["generation"] = 1;
+  } else {
+    metadata.erase("generation");
+  }
   metadata.erase("resourceVersion");
   metadata.erase("deletionTimestamp");
   metadata.erase("deletionGracePeriodSeconds");
+  metadata.erase("selfLink");
   // With a status subresource, status is set only through /status.
   if (type.status_subresource && !type.builtin) body.erase("status");
+  prepare_for_create(type, body, clock_());
 
   std::vector<std::string> warnings;
-  if (auto admitted = admit(target, body, nullptr, options, warnings); !admitted.ok()) return admitted;
+  std::vector<FieldCause> causes = validate_builtin(type, body, nullptr);
+  for (FieldCause& cause : validate_object_meta(body["metadata"], meta_rules(type))) causes.push_back(cause);
+  if (!causes.empty()) return invalid(subject(type, name), type.qualified_kind(), causes);
+  if (auto warning = deduplicate_owner_references(body["metadata"])) warnings.push_back(*warning);
+  if (!type.builtin) {
+    for (std::string& warning : finalizer_warnings(body["metadata"], nullptr)) warnings.push_back(warning);
+  }
 
-  if (type.plural == "customresourcedefinitions") {
-    std::vector<CrdProblem> problems;
-    types_from_crd(body, problems);
-    if (!problems.empty()) {
-      std::vector<FieldCause> causes;
-      for (const CrdProblem& problem : problems) causes.push_back({problem.reason, problem.message, problem.field});
-      return invalid(subject(type, name), type.qualified_kind(), causes);
-    }
-    const json& names = body["spec"]["names"];
-    json accepted = names;
-    if (!accepted.contains("singular")) {
-      std::string singular = names.value("kind", "");
-      std::transform(singular.begin(), singular.end(), singular.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      accepted["singular"] = singular;
-    }
-    if (!accepted.contains("listKind")) accepted["listKind"] = names.value("kind", "") + "List";
-    const std::string now = format_rfc3339(clock_());
-    json stored = json::array();
-    for (const json& version : body["spec"]["versions"]) {
-      if (version.value("storage", false)) stored.push_back(version["name"]);
-    }
-    body["status"] = {{"acceptedNames", accepted},
-                      {"conditions",
-                       {{{"type", "NamesAccepted"},
-                         {"status", "True"},
-                         {"lastTransitionTime", now},
-                         {"reason", "NoConflicts"},
-                         {"message", "no conflicts found"}},
-                        {{"type", "Established"},
-                         {"status", "True"},
-                         {"lastTransitionTime", now},
-                         {"reason", "InitialNamesAccepted"},
-                         {"message", "the initial names have been accepted"}}}},
-                      {"storedVersions", stored}};
+  const std::string key = object_key(namespace_, name);
+  if (auto existing = resource->objects.find(key); existing != resource->objects.end()) {
+    ApiResponse exists = already_exists(subject(type, name));
+    if (metadata_of(*existing->second).contains("deletionTimestamp"))
+      exists.body["message"] = "object is being deleted: " + exists.body["message"].get<std::string>();
+    return exists;
   }
-  if (type.plural == "namespaces") {
-    body["status"] = {{"phase", "Active"}};
-    if (!metadata.contains("labels") || !metadata["labels"].is_object()) metadata["labels"] = json::object();
-    metadata["labels"]["kubernetes.io/metadata.name"] = name;
-  }
-  if (options.dry_run) return {201, body, warnings};
+  if (auto admitted = admit(target, body, nullptr, options, warnings); !admitted.ok()) return admitted;
+  if (options.dry_run) return {201, for_version(body, type), warnings};
 
   auto stored = commit(*resource, key, std::make_shared<json>(std::move(body)), "ADDED");
   if (type.plural == "customresourcedefinitions") register_crd(*stored);

@@ -82,7 +82,7 @@ std::optional<json> api_resource_list(const std::vector<ResourceType>& types, co
                   {"singularName", type.singular},
                   {"namespaced", type.namespaced},
                   {"kind", type.kind},
-                  {"verbs", kVerbs}};
+                  {"verbs", type.create_only ? json{"create"} : kVerbs}};
     if (!type.short_names.empty()) entry["shortNames"] = type.short_names;
     if (!type.categories.empty()) entry["categories"] = type.categories;
     resources.push_back(entry);
@@ -92,6 +92,16 @@ std::optional<json> api_resource_list(const std::vector<ResourceType>& types, co
                            {"namespaced", type.namespaced},
                            {"kind", type.kind},
                            {"verbs", {"get", "patch", "update"}}});
+    }
+    for (const std::string& subresource : type.subresources) {
+      json sub = {{"name", type.plural + "/" + subresource}, {"singularName", ""}, {"namespaced", type.namespaced}};
+      if (subresource == "token") {
+        sub.update(
+            {{"group", "authentication.k8s.io"}, {"version", "v1"}, {"kind", "TokenRequest"}, {"verbs", {"create"}}});
+      } else {
+        sub.update({{"kind", type.kind}, {"verbs", {"update"}}});
+      }
+      resources.push_back(sub);
     }
   }
   if (resources.empty()) return std::nullopt;

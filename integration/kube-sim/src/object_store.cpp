@@ -6,6 +6,7 @@
 #include "store_util.h"
 
 #include "k8s4r/common/base64.h"
+#include "k8s4r/kube_sim/rbac_authorizer.h"
 
 namespace k8s4r::kube_sim {
 
@@ -35,6 +36,11 @@ Store::Store(StoreOptions options, Clock clock) : options_(options), clock_(std:
                                               {"spec", {{"finalizers", {"kubernetes"}}}},
                                               {"status", {{"phase", "Active"}}}});
     commit(*resource_of(namespaces), object_key("", name), object, "ADDED");
+  }
+  // The default ClusterRoles and bindings every cluster starts with.
+  for (const json& object : bootstrap_policy()) {
+    const std::string plural = object["kind"] == "ClusterRole" ? "clusterroles" : "clusterrolebindings";
+    create_locked(Target{*find_type_locked("rbac.authorization.k8s.io", "v1", plural), ""}, object, {});
   }
 }
 
@@ -109,6 +115,7 @@ std::shared_ptr<const json> Store::commit(Resource& resource, const std::string&
   event.type = event_type;
   auto existing = resource.objects.find(key);
   if (existing != resource.objects.end()) event.previous = existing->second;
+  index_and_queue(resource, key, event.previous.get(), event_type == "DELETED" ? nullptr : object.get());
   if (event_type == "DELETED") {
     // The DELETED event carries the object as it was, at the deletion's
     // resourceVersion, so a client resuming from it misses nothing.

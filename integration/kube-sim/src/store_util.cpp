@@ -53,6 +53,12 @@ bool has_finalizer(const json& object, const std::string& finalizer) {
   return false;
 }
 
+bool holds_namespace_open(const json& object) {
+  if (object.value("kind", "") != "Namespace" || !object.contains("spec") || !object["spec"].is_object()) return false;
+  const json& spec = object["spec"];
+  return spec.contains("finalizers") && spec["finalizers"].is_array() && !spec["finalizers"].empty();
+}
+
 std::optional<std::uint64_t> parse_version(const std::string& text) {
   if (text.empty() || text.size() > 19) return std::nullopt;
   std::uint64_t value = 0;
@@ -74,15 +80,6 @@ Result<FieldSelector> checked_field_selector(const ResourceType& type, const std
     return Error{"fieldSelector", "field label not supported: " + path};
   }
   return selector;
-}
-
-bool valid_object_name(const std::string& name, bool label_only) {
-  if (name.empty() || name.size() > (label_only ? 63u : 253u)) return false;
-  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  for (char c : name) {
-    if (!alnum(c) && c != '-' && (label_only || c != '.')) return false;
-  }
-  return alnum(name.front()) && alnum(name.back());
 }
 
 // A body naming another apiVersion or kind than the URL is refused, as

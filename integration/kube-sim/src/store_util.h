@@ -26,6 +26,8 @@ const nlohmann::json& metadata_of(const nlohmann::json& object);
 std::string string_at(const nlohmann::json& object, const char* key);
 bool has_finalizers(const nlohmann::json& object);
 bool has_finalizer(const nlohmann::json& object, const std::string& finalizer);
+// A Namespace whose spec.finalizers is not empty yet: its deletion waits.
+bool holds_namespace_open(const nlohmann::json& object);
 
 // A resourceVersion: decimal digits that fit in 64 bits.
 std::optional<std::uint64_t> parse_version(const std::string& text);
@@ -34,8 +36,6 @@ std::optional<std::uint64_t> parse_version(const std::string& text);
 // type's selectable fields; others are "field label not supported".
 Result<FieldSelector> checked_field_selector(const ResourceType& type, const std::string& text);
 
-// A lowercase RFC 1123 subdomain (or label, when `label_only`).
-bool valid_object_name(const std::string& name, bool label_only);
 // 400 when the body names another apiVersion or kind than the URL.
 std::optional<ApiResponse> check_type_meta(const nlohmann::json& body, const ResourceType& type);
 

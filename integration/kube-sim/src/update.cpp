@@ -6,6 +6,9 @@
 #include "conversion.h"
 #include "store_util.h"
 
+#include "k8s4r/kube_sim/builtin_strategies.h"
+#include "k8s4r/kube_sim/object_meta_validation.h"
+
 #include <set>
 
 namespace k8s4r::kube_sim {
@@ -51,7 +54,9 @@ void strip_directives(json& patch) {
 ApiResponse Store::replace(const Target& target, const std::string& name, json body, bool status_subresource,
                            const WriteOptions& options) {
   std::lock_guard lock(mutex_);
-  return update_locked(target, name, std::move(body), status_subresource, options, false);
+  ApiResponse response = update_locked(target, name, std::move(body), status_subresource, options, false);
+  run_controllers_locked();
+  return response;
 }
 
 ApiResponse Store::update_locked(const Target& target, const std::string& name, json body, bool status_subresource,
@@ -68,6 +73,7 @@ ApiResponse Store::update_locked(const Target& target, const std::string& name, 
   const json& old_metadata = metadata_of(existing);
 
   if (auto mismatch = check_type_meta(body, type)) return *mismatch;
+  if (auto error = decode_errors(type, body, from_patch)) return *error;
   if (type.api_version() != resource->storage_version) body = convert(body, storage_type(*resource));
   if (!body.contains("metadata") || !body["metadata"].is_object()) body["metadata"] = json::object();
   json& metadata = body["metadata"];
@@ -129,26 +135,40 @@ ApiResponse Store::update_locked(const Target& target, const std::string& name, 
       std::set<std::string> allowed;
       for (const json& finalizer : old_metadata.value("finalizers", json::array()))
         allowed.insert(finalizer.get<std::string>());
+      std::string added;
       for (const json& finalizer : updated["metadata"]["finalizers"]) {
-        if (!finalizer.is_string() || !allowed.count(finalizer.get<std::string>())) {
-          return invalid(
-              subject(type, name), type.qualified_kind(),
-              {{"FieldValueForbidden", "Forbidden: no new finalizers can be added if the object is being deleted",
-                "metadata.finalizers"}});
-        }
+        if (finalizer.is_string() && !allowed.count(finalizer.get<std::string>()))
+          added += (added.empty() ? "\"" : ", \"") + finalizer.get<std::string>() + "\"";
+      }
+      if (!added.empty()) {
+        return invalid(subject(type, name), type.qualified_kind(),
+                       {{"FieldValueForbidden",
+                         "Forbidden: no new finalizers can be added if the object is being deleted, found new "
+                         "finalizers []string{" +
+                             added + "}",
+                         "metadata.finalizers"}});
       }
     }
   }
 
   std::vector<std::string> warnings;
+  if (!status_subresource) prepare_for_update(type, updated, existing);
+  std::vector<FieldCause> causes = validate_builtin(type, updated, &existing);
+  for (FieldCause& cause : validate_object_meta(updated["metadata"], meta_rules(type))) causes.push_back(cause);
+  if (!causes.empty()) return invalid(subject(type, name), type.qualified_kind(), causes);
+  if (auto warning = deduplicate_owner_references(updated["metadata"])) warnings.push_back(*warning);
+  if (!type.builtin) {
+    for (std::string& warning : finalizer_warnings(updated["metadata"], &old_metadata)) warnings.push_back(warning);
+  }
   if (auto admitted = admit(target, updated, &existing, options, warnings); !admitted.ok()) return admitted;
-  if (spec_part(updated) != spec_part(existing)) {
+  if (old_metadata.contains("generation") && spec_part(updated) != spec_part(existing)) {
     updated["metadata"]["generation"] = old_metadata.value("generation", 1) + 1;
   }
   if (comparable(updated) == comparable(existing)) return {200, for_version(existing, type), warnings};
   if (options.dry_run) return {200, updated, warnings};
 
-  if (metadata_of(updated).contains("deletionTimestamp") && !has_finalizers(updated)) {
+  if (metadata_of(updated).contains("deletionTimestamp") && !has_finalizers(updated) &&
+      !holds_namespace_open(updated)) {
     commit(*resource, key, std::make_shared<json>(std::move(updated)), "MODIFIED");
     auto deleted = resource->objects.at(key);
     finish_deletion(*resource, key);
@@ -199,7 +219,9 @@ ApiResponse Store::patch(const Target& target, const std::string& name, PatchTyp
   }
   WriteOptions patch_options = options;
   patch_options.from_patch = true;
-  return update_locked(target, name, std::move(patched), status_subresource, patch_options, true);
+  ApiResponse response = update_locked(target, name, std::move(patched), status_subresource, patch_options, true);
+  run_controllers_locked();
+  return response;
 }
 
 }  // namespace k8s4r::kube_sim

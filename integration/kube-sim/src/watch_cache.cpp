@@ -147,14 +147,17 @@ std::shared_ptr<Watcher> Store::watch(const Target& target, const WatchOptions& 
       shown = std::make_shared<json>(for_version(*object, type));
     watcher->queue_.push_back({event_type, shown});
   };
-  if (!from) {
-    // No resourceVersion, or "0": the current state as ADDED events first.
+  if (options.send_initial_events == false && !from) {
+    // sendInitialEvents=false: only what changes from now on.
+  } else if (options.send_initial_events == true || !from) {
+    // The current state as ADDED events first (resourceVersionMatch
+    // NotOlderThan: the current state is never older than asked for).
     for (const auto& [key, object] : resource->objects) {
       if (watcher_matches(*watcher, object.get(), watcher->namespace_, watcher->labels_, watcher->fields_)) {
         queue("ADDED", object);
       }
     }
-    if (options.send_initial_events && options.allow_bookmarks) {
+    if (options.send_initial_events == true && options.allow_bookmarks) {
       watcher->queue_.push_back(
           {"BOOKMARK", std::make_shared<json>(json{{"kind", type.kind},
                                                    {"apiVersion", type.api_version()},

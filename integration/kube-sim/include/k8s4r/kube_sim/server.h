@@ -14,7 +14,9 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace k8s4r::kube_sim {
 
@@ -35,6 +37,16 @@ struct ServerOptions {
   std::chrono::seconds default_watch_timeout{1800};
   int threads = 512;  // at least the number of concurrent watches plus clients
   bool log_requests = false;
+  // Authentication (docs/kube-sim.md): `token` is the admin's (system:masters);
+  // a token file adds users; a client CA lets certificates name users.
+  std::string token_auth_file;
+  std::string client_ca_file;
+  // Anonymous requests: unset means allowed when no credential source is
+  // configured, and otherwise only for /version, /healthz, /livez, /readyz.
+  std::optional<bool> anonymous_auth;
+  std::string service_account_issuer = "https://kubernetes.default.svc.cluster.local";
+  std::vector<std::string> api_audiences;
+  std::string authorization_mode = "AlwaysAllow";  // or RBAC
   Faults faults;
 };
 

@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -99,7 +100,10 @@ class Watcher {
 
 struct WatchOptions {
   std::string label_selector, field_selector, resource_version;
-  bool send_initial_events = false;
+  // true: the current state as ADDED events, then (with bookmarks) a
+  // BOOKMARK marked k8s.io/initial-events-end; false: no initial events;
+  // unset: initial events only when no resourceVersion (or "0") is given.
+  std::optional<bool> send_initial_events;
   bool allow_bookmarks = false;
 };
 
@@ -123,6 +127,9 @@ class Store {
   ApiResponse remove(const Target& target, const std::string& name, const nlohmann::json& delete_options);
   ApiResponse remove_collection(const Target& target, const ListOptions& list_options,
                                 const nlohmann::json& delete_options);
+  // PUT /api/v1/namespaces/NAME/finalize: only spec.finalizers moves; a
+  // namespace being deleted goes once they are empty.
+  ApiResponse finalize_namespace(const std::string& name, nlohmann::json body);
 
   // A watcher with its first events queued, or the error (400 for a bad
   // selector). A resourceVersion older than the window gives a watcher whose
@@ -182,12 +189,36 @@ class Store {
 
   ApiResponse admit(const Target& target, nlohmann::json& object, const nlohmann::json* existing,
                     const WriteOptions& options, std::vector<std::string>& warnings);
+  // The 400 (or, for a patch's result, 422) a wrong JSON type in metadata or
+  // in a built-in's own fields gets.
+  static std::optional<ApiResponse> decode_errors(const ResourceType& type, const nlohmann::json& body,
+                                                  bool from_patch);
+  ApiResponse create_locked(const Target& target, nlohmann::json body, const WriteOptions& options);
   ApiResponse update_locked(const Target& target, const std::string& name, nlohmann::json body, bool status_subresource,
                             const WriteOptions& options, bool from_patch);
   ApiResponse delete_locked(Resource& resource, const ResourceType& type, const std::string& namespace_,
                             const std::string& name, const nlohmann::json& delete_options);
   void finish_deletion(Resource& resource, const std::string& key);
-  void collect_garbage(const std::string& owner_uid);
+  // Removes `finalizer` from a stored object; deletes it when it was being
+  // deleted and nothing holds it any more.
+  void remove_finalizer(Resource& resource, const std::string& key, const std::string& finalizer);
+
+  // ---- controllers: what kube-controller-manager would do, run at the end of
+  // every write while the lock is held (garbage_collector.cpp,
+  // namespace_controller.cpp). commit() queues the work.
+  struct ObjectRef {
+    std::string resource;  // resource_key
+    std::string key;       // object_key
+    bool operator<(const ObjectRef& other) const {
+      return resource != other.resource ? resource < other.resource : key < other.key;
+    }
+  };
+  void index_and_queue(Resource& resource, const std::string& key, const nlohmann::json* before,
+                       const nlohmann::json* after);
+  void run_controllers_locked();
+  void collect_garbage(const ObjectRef& item);
+  void sync_namespace(const std::string& name);
+  const nlohmann::json* lookup(const ObjectRef& ref) const;
   void register_crd(const nlohmann::json& crd);
   void unregister_crd(const nlohmann::json& crd);
   nlohmann::json for_version(const nlohmann::json& object, const ResourceType& type) const;
@@ -197,7 +228,11 @@ class Store {
   mutable std::mutex mutex_;
   std::uint64_t resource_version_ = 1;
   std::uint64_t events_to_drop_ = 0;
-  std::map<std::string, Resource> resources_;  // resource_key -> resource
+  std::map<std::string, Resource> resources_;              // resource_key -> resource
+  std::map<std::string, ObjectRef> uids_;                  // uid -> where the object is
+  std::map<std::string, std::set<ObjectRef>> dependents_;  // owner uid -> objects naming it in ownerReferences
+  std::set<ObjectRef> garbage_queue_;                      // objects the garbage collector looks at next
+  std::set<std::string> namespaces_to_sync_;               // terminating namespaces to look at next
 };
 
 }  // namespace k8s4r::kube_sim
