@@ -151,7 +151,8 @@ def tls_files(tmp_path):
     (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
         "server.crt", "-days", "1", "-extfile", "san.ext")
-    return {"ca": str(directory / "ca.crt"), "cert": str(directory / "server.crt"), "key": str(directory / "server.key")}
+    return {"ca": str(directory / "ca.crt"), "cert": str(directory / "server.crt"), "key": str(directory / "server.key"),
+            "directory": str(directory)}
 
 
 # ---- MQTT: a real Mosquitto, an observer client, and the agent --------------------

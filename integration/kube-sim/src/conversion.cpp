@@ -34,8 +34,17 @@ json convert_event(const json& object, bool to_events_group) {
       converted[into] = object[from];
     }
   }
-  // The core Event's series field is named the same but its count travels
-  // as deprecatedCount in events.k8s.io when there is no series.
+  // Fields Go writes even when empty, so clients see them as the real server sends them.
+  if (!converted.contains("eventTime")) converted["eventTime"] = nullptr;
+  if (to_events_group) {
+    if (!converted.contains("deprecatedSource")) converted["deprecatedSource"] = json::object();
+    for (const char* field : {"deprecatedFirstTimestamp", "deprecatedLastTimestamp"}) {
+      if (!converted.contains(field)) converted[field] = nullptr;
+    }
+  } else {
+    if (!converted.contains("reportingComponent")) converted["reportingComponent"] = "";
+    if (!converted.contains("reportingInstance")) converted["reportingInstance"] = "";
+  }
   return converted;
 }
 

@@ -49,6 +49,19 @@ void strip_directives(json& patch) {
   }
 }
 
+std::string json_patch_failure(const json& operation) {
+  if (!operation.is_object()) return "Unexpected kind: " + operation.dump();
+  const std::string op = operation.value("op", ""), path = operation.value("path", "");
+  if (op == "remove") return "Unable to remove nonexistent key: " + path + ": missing value";
+  if (op == "replace") return "replace operation does not apply: doc is missing key: " + path + ": missing value";
+  if (op == "add") return "add operation does not apply: doc is missing path: \"" + path + "\": missing value";
+  if (op == "test") return "testing value " + path + " failed: test failed";
+  if (op == "move" || op == "copy")
+    return op + " operation does not apply: doc is missing from path: " + operation.value("from", "") +
+           ": missing value";
+  return "Unexpected kind: " + op;
+}
+
 }  // namespace
 
 ApiResponse Store::replace(const Target& target, const std::string& name, json body, bool status_subresource,
@@ -203,14 +216,18 @@ ApiResponse Store::patch(const Target& target, const std::string& name, PatchTyp
   json patched = for_version(*found->second, type);
   if (patch_type == PatchType::json) {
     if (!document.is_array()) return bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch");
-    try {
-      patched = patched.patch(document);
-    } catch (const json::exception& error) {
-      return {
-          422,
-          status_body(422, "Invalid",
-                      std::string("the server rejected our request due to an error in our request: ") + error.what()),
-          {}};
+    // One operation at a time, so a failure is worded after the operation
+    // that failed (as evanphx/json-patch words it), never the JSON library's text.
+    for (const json& operation : document) {
+      try {
+        patched = patched.patch(json::array({operation}));
+      } catch (const json::exception&) {
+        return {422,
+                status_body(422, "Invalid",
+                            "the server rejected our request due to an error in our request: " +
+                                json_patch_failure(operation)),
+                {}};
+      }
     }
   } else {
     if (!document.is_object()) return bad_request("error decoding patch: a merge patch must be a JSON object");
