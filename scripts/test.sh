@@ -5,7 +5,8 @@
 # in integration/ with pytest against the binaries in build/bin.
 #
 #   ./scripts/test.sh            everything
-#   K8S4R_SKIP_SANITIZE=1 ./scripts/test.sh   without the sanitizer build
+#   K8S4R_SKIP_SANITIZE=1 ./scripts/test.sh   without the ASan/UBSan build
+#   K8S4R_SKIP_TSAN=1 ./scripts/test.sh       without the ThreadSanitizer build
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$REPO_ROOT/scripts/lib/common.sh"
 cd "$REPO_ROOT"
@@ -25,6 +26,23 @@ if [[ ${K8S4R_SKIP_SANITIZE:-0} != 1 ]]; then
   configure_and_build "$REPO_ROOT/build-sanitize" -DCMAKE_BUILD_TYPE=Debug -DK8S4R_WERROR=ON -DK8S4R_SANITIZE=ON
   log "unit tests (Debug, AddressSanitizer + UndefinedBehaviorSanitizer)"
   ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)" -E schema_check_ajv
+fi
+
+# The multi-threaded parts under ThreadSanitizer: the stand-in (its store,
+# controllers and HTTP layer, also as the server the client tests start), the
+# Kubernetes client and informer, and the agent's monitor and event loop.
+if [[ ${K8S4R_SKIP_TSAN:-0} != 1 ]]; then
+  tsan_targets=(k8s4r_kube_sim_tests k8s4r_kube_client_tests k8s4r_agent_tests k8s4r-kube-sim)
+  log "building in build-tsan (ThreadSanitizer): ${tsan_targets[*]}"
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  cmake -S "$REPO_ROOT" -B "$REPO_ROOT/build-tsan" -G Ninja "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DK8S4R_WERROR=ON -DK8S4R_TSAN=ON >/dev/null
+  cmake --build "$REPO_ROOT/build-tsan" -j "$(nproc)" --target "${tsan_targets[@]}"
+  log "multi-threaded tests (ThreadSanitizer)"
+  for binary in k8s4r_kube_sim_tests k8s4r_kube_client_tests k8s4r_agent_tests; do
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$REPO_ROOT/build-tsan/tests/$binary" --gtest_brief=1
+  done
 fi
 
 # The black-box tests import pytest, paho-mqtt and kubernetes from Debian's

@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include <sys/resource.h>
+
 namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -45,7 +47,9 @@ int main(int argc, char** argv) {
   app.add_option("--bookmark-interval", bookmark_seconds, "seconds between BOOKMARK events on idle watches")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--threads", options.threads, "worker threads (each watch holds one)")->capture_default_str();
+  app.add_option("--threads", options.threads, "threads serving connections (watches and idle connections hold none)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--latency-ms", latency_ms, "fault: delay every API request by this many milliseconds");
   app.add_option("--error-rate", options.faults.error_rate, "fault: share of API requests answered with --error-code")
       ->check(CLI::Range(0.0, 1.0));
@@ -99,6 +103,13 @@ int main(int argc, char** argv) {
 
   StoreOptions store_options;
   store_options.history_per_resource = history;
+  // A server holding thousands of watches needs as many descriptors: take
+  // the hard limit, as Go's runtime does for kube-apiserver.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   Store store(store_options,
               [] { return std::chrono::time_point_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now()); });
   std::unique_ptr<Server> server_holder;
@@ -132,19 +143,6 @@ int main(int argc, char** argv) {
   spdlog::info("k8s4r-kube-sim serving {}", server.url());
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   spdlog::info("stopping");
-  // Watches end at once; idle keep-alive connections would hold their
-  // workers for up to the keep-alive timeout. An in-memory server has nothing
-  // to save, so it does not wait longer than a moment for them.
-  std::atomic<bool> stopped{false};
-  std::thread stopper([&] {
-    server.stop();
-    stopped = true;
-  });
-  for (int i = 0; i < 20 && !stopped; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  if (!stopped) {
-    spdlog::info("exiting without waiting for idle connections");
-    std::_Exit(0);
-  }
-  stopper.join();
+  server.stop();  // ends every watch and connection at once: nothing waits on an idle client
   return 0;
 }

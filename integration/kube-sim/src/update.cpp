@@ -223,9 +223,9 @@ ApiResponse Store::patch(const Target& target, const std::string& name, PatchTyp
         patched = patched.patch(json::array({operation}));
       } catch (const json::exception&) {
         return {422,
-                status_body(422, "Invalid",
-                            "the server rejected our request due to an error in our request: " +
-                                json_patch_failure(operation)),
+                status_body(
+                    422, "Invalid",
+                    "the server rejected our request due to an error in our request: " + json_patch_failure(operation)),
                 {}};
       }
     }

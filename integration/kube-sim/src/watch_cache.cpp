@@ -34,12 +34,28 @@ std::optional<WatchEvent> Watcher::next(std::chrono::steady_clock::time_point de
   return event;
 }
 
+std::optional<WatchEvent> Watcher::try_next() {
+  std::lock_guard lock(mutex_);
+  if (queue_.empty()) return std::nullopt;
+  WatchEvent event = std::move(queue_.front());
+  queue_.pop_front();
+  return event;
+}
+
+void Watcher::set_listener(std::function<void()> listener) {
+  std::lock_guard lock(mutex_);
+  listener_ = std::move(listener);
+}
+
 void Watcher::close() {
+  std::function<void()> listener;
   {
     std::lock_guard lock(mutex_);
     closed_ = true;
+    listener = listener_;
   }
   ready_.notify_all();
+  if (listener) listener();
 }
 
 bool Watcher::closed() const {
@@ -48,6 +64,7 @@ bool Watcher::closed() const {
 }
 
 bool Watcher::push(WatchEvent event, std::size_t limit) {
+  std::function<void()> listener;
   {
     std::lock_guard lock(mutex_);
     if (closed_) return false;
@@ -58,8 +75,11 @@ bool Watcher::push(WatchEvent event, std::size_t limit) {
     } else {
       queue_.push_back(std::move(event));
     }
+    // Only the first queued event needs to wake the stream; it drains the rest.
+    if (queue_.size() == 1 || closed_) listener = listener_;
   }
   ready_.notify_all();
+  if (listener) listener();
   return true;
 }
 

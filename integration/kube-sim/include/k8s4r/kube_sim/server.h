@@ -4,10 +4,11 @@
 // for tests (latency, 500/429 answers, pausing, closing watches, compaction)
 // through flags or the admin endpoints under /_sim/.
 //
-// Threading: cpp-httplib serves each connection on a worker of its thread
-// pool; a watch holds its worker while it streams. Fault settings are guarded
-// by their own mutex. start() returns once the socket listens; stop() ends
-// every stream and joins.
+// Threading: Boost.Beast on one Asio io_context run by `threads` threads;
+// each connection is a chain of asynchronous operations on its own strand, so
+// idle keep-alive connections and open watches hold no thread. Fault settings
+// are guarded by their own mutex. start() returns once the socket listens;
+// stop() ends every stream and joins.
 #pragma once
 
 #include "k8s4r/kube_sim/store.h"
@@ -35,7 +36,7 @@ struct ServerOptions {
   std::string tls_cert_file, tls_key_file;
   std::chrono::milliseconds bookmark_interval{10'000};
   std::chrono::seconds default_watch_timeout{1800};
-  int threads = 512;  // at least the number of concurrent watches plus clients
+  int threads = 4;  // threads running the I/O context; connections and watches hold none
   bool log_requests = false;
   // Authentication (docs/kube-sim.md): `token` is the admin's (system:masters);
   // a token file adds users; a client CA lets certificates name users.
@@ -67,6 +68,7 @@ class Server {
   std::string url() const;
 
  private:
+  friend class Connection;  // server.cpp: one client connection
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -80,8 +80,14 @@ class Watcher {
   // The next event; nullopt when `deadline` passed with none, or when closed
   // and drained (then closed() is true).
   std::optional<WatchEvent> next(std::chrono::steady_clock::time_point deadline);
+  // The next event if one is queued; never waits.
+  std::optional<WatchEvent> try_next();
   void close();
   bool closed() const;
+  // Called (from whichever thread queued it, possibly with the store's lock
+  // held: it must only hand the work on, e.g. post to an executor) whenever an
+  // event is queued or the watcher closes. Set once, before events matter.
+  void set_listener(std::function<void()> listener);
 
  private:
   friend class Store;
@@ -91,6 +97,7 @@ class Watcher {
   std::condition_variable ready_;
   std::deque<WatchEvent> queue_;
   bool closed_ = false;
+  std::function<void()> listener_;
   // What it watches and its filters, fixed at creation.
   ResourceType type_;  // objects are shown in its version
   std::string namespace_;
