@@ -203,3 +203,32 @@ def test_rbac_objects_are_validated_and_listed(cluster):
     assert "Role/r" in table and "bob" in table
     # Every cluster starts with the bootstrap roles.
     assert "cluster-admin" in sim.kubectl("get", "clusterroles").stdout
+
+
+def test_rbac_writers_cannot_grant_more_than_they_hold(cluster):
+    sim = cluster
+    sim.kubectl("create", "role", "rbac-writer", "--verb=get,create,update,patch",
+                "--resource=roles.rbac.authorization.k8s.io,rolebindings.rbac.authorization.k8s.io")
+    sim.kubectl("create", "role", "map-reader", "--verb=get,list", "--resource=configmaps")
+    sim.kubectl("create", "rolebinding", "bob-writes-rbac", "--role=rbac-writer", "--user=bob")
+    sim.kubectl("create", "rolebinding", "bob-reads-maps", "--role=map-reader", "--user=bob")
+
+    # What bob holds, bob may grant.
+    assert as_token(sim, "bob-token", "create", "role", "maps", "--verb=get", "--resource=configmaps").returncode == 0
+    refused = as_token(sim, "bob-token", "create", "role", "secrets", "--verb=get", "--resource=secrets", check=False)
+    assert refused.returncode != 0
+    assert ('roles.rbac.authorization.k8s.io "secrets" is forbidden: user "bob" (groups=["system:authenticated"]) is '
+            'attempting to grant RBAC permissions not currently held:\n{APIGroups:[""], Resources:["secrets"], '
+            'Verbs:["get"]}') in refused.stderr
+    admin = as_token(sim, "bob-token", "create", "rolebinding", "me-admin", "--clusterrole=cluster-admin", "--user=bob",
+                     check=False)
+    assert admin.returncode != 0 and "is attempting to grant RBAC permissions not currently held" in admin.stderr
+    assert as_token(sim, "bob-token", "create", "rolebinding", "alice-maps", "--role=maps", "--user=alice").returncode == 0
+    # Widening a role by patch is checked too; the escalate verb lifts the check.
+    widen = as_token(sim, "bob-token", "patch", "role", "maps", "--type=json", "-p",
+                     '[{"op":"add","path":"/rules/0/resources/-","value":"secrets"}]', check=False)
+    assert widen.returncode != 0 and "not currently held" in widen.stderr
+    sim.kubectl("create", "role", "escalator", "--verb=escalate", "--resource=roles.rbac.authorization.k8s.io")
+    sim.kubectl("create", "rolebinding", "bob-escalates", "--role=escalator", "--user=bob")
+    assert as_token(sim, "bob-token", "patch", "role", "maps", "--type=json", "-p",
+                    '[{"op":"add","path":"/rules/0/resources/-","value":"secrets"}]').returncode == 0

@@ -2,7 +2,7 @@
 
 #include "k8s4r/kube_sim/discovery.h"
 
-#include "protobuf.h"
+#include "k8s4r/kube_sim/protobuf.h"
 #include "store_util.h"
 
 #include <spdlog/spdlog.h>
@@ -442,6 +442,9 @@ HandlerResult ApiHandler::resource_request(const HttpRequest& request, const Use
     if (auto error = validate_write_options(request, "CreateOptions")) return answer(*error);
     auto body = parse_body(request);
     if (auto* error = std::get_if<ApiResponse>(&body)) return answer(*error);
+    const json& object = std::get<json>(body);
+    if (auto refused = escalation_check(target, string_at(metadata_of(object), "name"), object, user))
+      return answer(*refused);
     return answer(store_.create(target, std::get<json>(std::move(body)), write));
   }
   if (method == "PUT") {
@@ -449,6 +452,7 @@ HandlerResult ApiHandler::resource_request(const HttpRequest& request, const Use
     if (auto error = validate_write_options(request, "UpdateOptions")) return answer(*error);
     auto body = parse_body(request);
     if (auto* error = std::get_if<ApiResponse>(&body)) return answer(*error);
+    if (auto refused = escalation_check(target, name, std::get<json>(body), user)) return answer(*refused);
     return answer(store_.replace(target, name, std::get<json>(std::move(body)), status, write));
   }
   if (method == "PATCH") {
@@ -468,6 +472,14 @@ HandlerResult ApiHandler::resource_request(const HttpRequest& request, const Use
       return answer(unsupported_media_type(
           "the body of the request was in an unknown format - accepted media types include: "
           "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"));
+    }
+    if (rbac_ && type->group == "rbac.authorization.k8s.io") {
+      // The escalation check needs the object as the patch would leave it.
+      WriteOptions trial = write;
+      trial.dry_run = true;
+      ApiResponse patched = store_.patch(target, name, patch_type, request.body, status, trial);
+      if (!patched.ok()) return answer(patched);
+      if (auto refused = escalation_check(target, name, patched.body, user)) return answer(*refused);
     }
     return answer(store_.patch(target, name, patch_type, request.body, status, write));
   }
@@ -501,6 +513,42 @@ HandlerResult ApiHandler::resource_request(const HttpRequest& request, const Use
     return answer(store_.remove(target, name, options));
   }
   return answer(method_not_allowed(method + " is not supported"));
+}
+
+std::optional<ApiResponse> ApiHandler::escalation_check(const Target& target, const std::string& name,
+                                                        const json& object, const UserInfo& user) const {
+  const ResourceType& type = target.type;
+  if (!rbac_ || type.group != "rbac.authorization.k8s.io") return std::nullopt;
+  const bool role = type.plural == "roles" || type.plural == "clusterroles";
+  const std::string namespace_ = type.namespaced ? target.namespace_ : "";
+  json rules;
+  if (role) {
+    RequestAttributes escalate{true, "escalate", "", type.group, "v1", namespace_, type.plural, "", name};
+    if (authorize(user, escalate).allowed) return std::nullopt;
+    rules = object.value("rules", json::array());
+  } else {
+    const json ref = object.value("roleRef", json::object());
+    const std::string kind = ref.value("kind", ""), role_name = ref.value("name", "");
+    const std::string role_plural = kind == "ClusterRole" ? "clusterroles" : "roles";
+    const std::string role_namespace = kind == "ClusterRole" ? "" : namespace_;
+    RequestAttributes bind{true, "bind", "", type.group, "v1", namespace_, role_plural, "", role_name};
+    if (authorize(user, bind).allowed) return std::nullopt;
+    auto role_type = store_.find_type(type.group, "v1", role_plural);
+    ApiResponse found = store_.get(Target{*role_type, role_namespace}, role_name);
+    if (!found.ok()) return found;
+    rules = found.body.value("rules", json::array());
+  }
+  const std::vector<std::string> missing = rbac_->not_held(user, namespace_, rules);
+  if (missing.empty()) return std::nullopt;
+  std::string groups;
+  for (const std::string& group : user.groups) groups += (groups.empty() ? "\"" : " \"") + group + "\"";
+  std::string message = type.plural + "." + type.group + " \"" + name + "\" is forbidden: user \"" + user.name +
+                        "\" (groups=[" + groups + "]) is attempting to grant RBAC permissions not currently held:";
+  for (const std::string& rule : missing) message += "\n" + rule;
+  return ApiResponse{
+      403,
+      status_body(403, "Forbidden", message, json{{"name", name}, {"group", type.group}, {"kind", type.plural}}),
+      {}};
 }
 
 HandlerResult ApiHandler::watch(const Target& target, const std::string& name, const HttpRequest& request) const {

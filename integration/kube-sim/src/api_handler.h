@@ -75,6 +75,11 @@ class ApiHandler {
                                  const std::string& version, std::vector<std::string> rest, bool watch_path) const;
   HandlerResult watch(const Target& target, const std::string& name, const HttpRequest& request) const;
   std::variant<nlohmann::json, ApiResponse> parse_body(const HttpRequest& request) const;
+  // RBAC's escalation check: a Role may carry only rules its writer holds
+  // (or may `escalate`), a binding may grant only a role whose rules its
+  // writer holds (or may `bind`). `object` is the Role or binding as written.
+  std::optional<ApiResponse> escalation_check(const Target& target, const std::string& name,
+                                              const nlohmann::json& object, const UserInfo& user) const;
 
   Store& store_;
   const ServerOptions& options_;

@@ -1,4 +1,4 @@
-#include "protobuf.h"
+#include "k8s4r/kube_sim/protobuf.h"
 
 #include "k8s4r/common/base64.h"
 #include "k8s4r/common/rfc3339.h"

@@ -253,6 +253,74 @@ Decision RbacAuthorizer::authorize(const UserInfo& user, const RequestAttributes
   return decision;
 }
 
+std::vector<std::string> RbacAuthorizer::not_held(const UserInfo& user, const std::string& namespace_,
+                                                  const json& rules) const {
+  std::vector<std::string> missing;
+  if (std::find(user.groups.begin(), user.groups.end(), "system:masters") != user.groups.end()) return missing;
+  if (!rules.is_array()) return missing;
+  // Each requested rule in single atoms (verb, group, resource, name), each
+  // of which some rule the user holds must allow, as rbac Covers does.
+  const auto holds = [&](const RequestAttributes& atom) {
+    bool allowed = false;
+    std::vector<std::string> errors;
+    visit_rules(
+        user, namespace_,
+        [&](const json& rule, const std::string&) {
+          allowed = rule_allows(atom, rule);
+          return allowed;
+        },
+        errors);
+    return allowed;
+  };
+  for (const json& rule : rules) {
+    bool covered = true;
+    for (const std::string& verb : strings(rule, "verbs")) {
+      for (const std::string& url : strings(rule, "nonResourceURLs")) {
+        RequestAttributes atom;
+        atom.verb = verb;
+        atom.path = url;
+        covered = covered && holds(atom);
+      }
+      for (const std::string& group : strings(rule, "apiGroups")) {
+        for (const std::string& resource : strings(rule, "resources")) {
+          std::vector<std::string> names = strings(rule, "resourceNames");
+          if (names.empty()) names.push_back("");
+          for (const std::string& name : names) {
+            RequestAttributes atom;
+            atom.resource_request = true;
+            atom.verb = verb;
+            atom.api_group = group;
+            const std::size_t slash = resource.find('/');
+            atom.resource = resource.substr(0, slash);
+            if (slash != std::string::npos) atom.subresource = resource.substr(slash + 1);
+            atom.name = name;
+            covered = covered && holds(atom);
+          }
+        }
+      }
+    }
+    if (covered) continue;
+    // CompactString: the non-empty fields, each a Go %q list.
+    std::string text = "{";
+    bool first = true;
+    for (const auto& [key, label] :
+         std::vector<std::pair<const char*, const char*>>{{"apiGroups", "APIGroups"},
+                                                          {"resources", "Resources"},
+                                                          {"nonResourceURLs", "NonResourceURLs"},
+                                                          {"resourceNames", "ResourceNames"},
+                                                          {"verbs", "Verbs"}}) {
+      const std::vector<std::string> values = strings(rule, key);
+      if (values.empty()) continue;
+      text += std::string(first ? "" : ", ") + label + ":[";
+      for (std::size_t i = 0; i < values.size(); ++i) text += (i ? " \"" : "\"") + values[i] + "\"";
+      text += "]";
+      first = false;
+    }
+    missing.push_back(text + "}");
+  }
+  return missing;
+}
+
 json RbacAuthorizer::rules_review(const UserInfo& user, const std::string& namespace_) const {
   json resource_rules = json::array(), non_resource_rules = json::array();
   std::vector<std::string> errors;

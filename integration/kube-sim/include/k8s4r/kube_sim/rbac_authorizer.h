@@ -55,6 +55,12 @@ class RbacAuthorizer {
   explicit RbacAuthorizer(RbacSource source) : source_(std::move(source)) {}
 
   Decision authorize(const UserInfo& user, const RequestAttributes& attributes) const;
+  // The rules of `rules` (a PolicyRule list) the user does not hold in
+  // `namespace_` ("" for cluster-wide), each as kube-apiserver prints it in
+  // an escalation refusal ({APIGroups:["g"], Resources:["r"], Verbs:["v"]}).
+  // Empty when the user holds them all: then it may grant them.
+  std::vector<std::string> not_held(const UserInfo& user, const std::string& namespace_,
+                                    const nlohmann::json& rules) const;
   // SelfSubjectRulesReview's status for `namespace_`.
   nlohmann::json rules_review(const UserInfo& user, const std::string& namespace_) const;
 

@@ -4,7 +4,7 @@
 // review kinds and RBAC objects as application/vnd.kubernetes.protobuf
 // ("k8s\0" + runtime.Unknown). The message layouts are tables of field
 // numbers (from k8s.io/api's generated.proto files); answers stay JSON,
-// which every client accepts. Private to kube_sim.
+// which every client accepts.
 #pragma once
 
 #include <nlohmann/json.hpp>
