@@ -7,6 +7,7 @@
 #   ./scripts/test.sh            everything
 #   K8S4R_SKIP_SANITIZE=1 ./scripts/test.sh   without the ASan/UBSan build
 #   K8S4R_SKIP_TSAN=1 ./scripts/test.sh       without the ThreadSanitizer build
+#   K8S4R_SKIP_FUZZ=1 ./scripts/test.sh       without the fuzzers (K8S4R_FUZZ_SECONDS: time per fuzzer, default 20)
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$REPO_ROOT/scripts/lib/common.sh"
 cd "$REPO_ROOT"
@@ -42,6 +43,30 @@ if [[ ${K8S4R_SKIP_TSAN:-0} != 1 ]]; then
   log "multi-threaded tests (ThreadSanitizer)"
   for binary in k8s4r_kube_sim_tests k8s4r_kube_client_tests k8s4r_agent_tests; do
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$REPO_ROOT/build-tsan/tests/$binary" --gtest_brief=1
+  done
+fi
+
+# Every parser of outside input under libFuzzer (clang, with ASan and UBSan),
+# for a bounded time each, from the examples the schemas ship.
+if [[ ${K8S4R_SKIP_FUZZ:-0} != 1 ]]; then
+  fuzzers=(fuzz_messages fuzz_kube_sim_protobuf fuzz_kube_sim_admission fuzz_kube_sim_requests)
+  log "building in build-fuzz (clang, libFuzzer): ${fuzzers[*]}"
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  cmake -S "$REPO_ROOT" -B "$REPO_ROOT/build-fuzz" -G Ninja "${launcher[@]}" -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DK8S4R_FUZZ=ON -DK8S4R_BUILD_TESTS=OFF >/dev/null
+  cmake --build "$REPO_ROOT/build-fuzz" -j "$(nproc)" --target "${fuzzers[@]}"
+  corpus=$(mktemp -d)
+  trap 'rm -rf "$corpus"' EXIT
+  while IFS= read -r example; do cp "$example" "$corpus/${example//\//_}"; done < <(find proto-schemas/examples -name '*.json')
+  for fuzzer in "${fuzzers[@]}"; do
+    log "fuzzing: $fuzzer (${K8S4R_FUZZ_SECONDS:-20} s)"
+    mkdir -p "$corpus/$fuzzer"
+    extra=()
+    [[ -f fuzz/${fuzzer#fuzz_}.dict ]] && extra=(-dict="fuzz/${fuzzer#fuzz_}.dict")
+    "$REPO_ROOT/build-fuzz/fuzz/$fuzzer" -max_total_time="${K8S4R_FUZZ_SECONDS:-20}" -max_len=65536 -timeout=10 \
+      -rss_limit_mb=2048 -print_final_stats=0 "${extra[@]}" "$corpus/$fuzzer" "$corpus" 2>"$corpus/$fuzzer.log" ||
+      { tail -n 60 "$corpus/$fuzzer.log"; exit 1; }
   done
 fi
 

@@ -245,6 +245,42 @@ const std::map<std::string, const Message*> kKinds = {
 
 constexpr int kMaxDepth = 16;
 
+// Protobuf strings are bytes; Go keeps them as they are and its JSON encoder
+// writes each invalid UTF-8 sequence as U+FFFD. Doing that here keeps every
+// string the store holds valid UTF-8.
+std::string valid_utf8(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  std::size_t i = 0;
+  while (i < bytes.size()) {
+    const auto lead = static_cast<unsigned char>(bytes[i]);
+    std::size_t length = lead < 0x80           ? 1
+                         : (lead >> 5) == 0x6  ? 2
+                         : (lead >> 4) == 0xE  ? 3
+                         : (lead >> 3) == 0x1E ? 4
+                                               : 0;
+    bool valid = length > 0 && i + length <= bytes.size();
+    std::uint32_t code = length == 1 ? lead : length == 2 ? lead & 0x1Fu : length == 3 ? lead & 0x0Fu : lead & 0x07u;
+    for (std::size_t k = 1; valid && k < length; ++k) {
+      const auto next = static_cast<unsigned char>(bytes[i + k]);
+      valid = (next & 0xC0u) == 0x80u;
+      code = (code << 6) | (next & 0x3Fu);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are invalid too.
+    if (valid && ((length == 2 && code < 0x80) || (length == 3 && code < 0x800) || (length == 4 && code < 0x10000) ||
+                  (code >= 0xD800 && code <= 0xDFFF) || code > 0x10FFFF))
+      valid = false;
+    if (valid) {
+      out.append(bytes.substr(i, length));
+      i += length;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
 std::optional<json> decode_message(std::string_view bytes, const Message& message, int depth);
 
 std::optional<std::string> decode_time(std::string_view bytes, bool micro) {
@@ -281,7 +317,7 @@ std::optional<json> decode_value(const WireField& wire, const Field& field, int 
   switch (field.kind) {
     case Kind::string:
       if (!length_delimited) return std::nullopt;
-      return std::string(wire.bytes);
+      return valid_utf8(wire.bytes);
     case Kind::bytes:
       if (!length_delimited) return std::nullopt;
       return base64_encode(wire.bytes);
@@ -345,17 +381,17 @@ std::optional<json> decode_message(std::string_view bytes, const Message& messag
       json& map = object[field.name];
       if (!map.is_object()) map = json::object();
       if (field.kind == Kind::string_map) {
-        map[entry->first] = std::string(entry->second);
+        map[valid_utf8(entry->first)] = valid_utf8(entry->second);
       } else if (field.kind == Kind::bytes_map) {
-        map[entry->first] = base64_encode(entry->second);
+        map[valid_utf8(entry->first)] = base64_encode(entry->second);
       } else {
         std::vector<WireField> items;
         if (!read_fields(entry->second, items)) return std::nullopt;
         json values = json::array();
         for (const WireField& item : items) {
-          if (item.number == 1 && item.wire_type == 2) values.push_back(std::string(item.bytes));
+          if (item.number == 1 && item.wire_type == 2) values.push_back(valid_utf8(item.bytes));
         }
-        map[entry->first] = values;
+        map[valid_utf8(entry->first)] = values;
       }
       continue;
     }
@@ -398,8 +434,8 @@ ProtobufResult decode_protobuf(std::string_view body) {
       }
       for (const WireField& item : type_meta) {
         if (item.wire_type != 2) continue;
-        if (item.number == 1) api_version = std::string(item.bytes);
-        if (item.number == 2) kind = std::string(item.bytes);
+        if (item.number == 1) api_version = valid_utf8(item.bytes);
+        if (item.number == 2) kind = valid_utf8(item.bytes);
       }
     }
     if (field.number == 2 && field.wire_type == 2) raw = field.bytes;

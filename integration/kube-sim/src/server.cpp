@@ -241,7 +241,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (error) return close();
     request_ = parser_->release();
     lowest().expires_never();
-    handle();
+    guarded([this] { handle(); });
+  }
+
+  // A broken invariant in one request is a 500 for that request, never an
+  // exception out of the I/O threads (which would end the server), and never
+  // a library's text in the answer.
+  template <class Work>
+  void guarded(Work&& work) {
+    try {
+      work();
+    } catch (const std::exception& error) {
+      spdlog::error("{} {}: {}", std::string(request_.method_string()), std::string(request_.target()), error.what());
+      if (!watch_) {
+        respond(ApiResponse{500, status_body(500, "InternalError", "Internal error occurred: the request failed"), {}},
+                false);
+      } else {
+        close();
+      }
+    }
   }
 
   HttpRequest to_request() {
@@ -291,7 +309,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     server_.after_faults(executor(), [self = shared_from_this(), request, user] {
       if (self->closed_) return;
       if (auto error = self->server_.injected_error()) return self->respond(*error, self->request_.keep_alive());
-      self->route(*request, *user);
+      self->guarded([&] { self->route(*request, *user); });
     });
   }
 
@@ -396,6 +414,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void pump() {
+    guarded([this] { pump_unchecked(); });
+  }
+
+  void pump_unchecked() {
     if (!watch_ || closed_ || writing_) return;
     std::string batch;
     bool finished = ending_ || server_.stopping;
