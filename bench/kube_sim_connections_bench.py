@@ -51,16 +51,25 @@ def start_sim(binary, workdir):
     return process, url, host, int(port)
 
 
+class Stalled(Exception):
+    """The server did not answer within the timeout: it has no thread left."""
+
+
 def open_connections(host, port, request, count):
     opened = []
     for _ in range(count):
-        connection = socket.create_connection((host, port), timeout=30)
+        connection = socket.create_connection((host, port), timeout=10)
         connection.sendall(request)
         opened.append(connection)
     for connection in opened:  # every one answered: headers read, then left open
         data = b""
         while b"\r\n\r\n" not in data:
-            chunk = connection.recv(4096)
+            try:
+                chunk = connection.recv(4096)
+            except socket.timeout:
+                for other in opened:
+                    other.close()
+                raise Stalled() from None
             if not chunk:
                 raise RuntimeError("the server closed a connection")
             data += chunk
@@ -117,23 +126,25 @@ def run_once(binary, steps, probes, run):
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         process, url, host, port = start_sim(binary, workdir)
-        held = []
+        watches, idle = [], []
         try:
-            opened = 0
             for step in steps:
-                held += open_connections(host, port, f"GET {CONFIGMAPS}?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
-                                         step - opened)
-                held += open_connections(host, port, b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n", step - opened)
-                opened = step
-                watches = held[0::2][:step] if step else []
+                try:
+                    watches += open_connections(host, port, f"GET {CONFIGMAPS}?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
+                                                step - len(watches))
+                    idle += open_connections(host, port, b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n", step - len(idle))
+                except Stalled:
+                    threads, rss = proc_status(process.pid)
+                    rows.append({"step": step, "stalled": True, "threads": threads, "rss_mib": rss})
+                    break
                 latencies = sorted(probe_latencies(host, port, probes))
-                fan_out = fan_out_seconds(url, [c for c in held if c in set(watches)], f"run{run}-step{step}") if step else 0.0
+                fan_out = fan_out_seconds(url, watches, f"run{run}-step{step}") if step else 0.0
                 threads, rss = proc_status(process.pid)
                 rows.append({"step": step, "p50": latencies[len(latencies) // 2],
                              "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
                              "fan_out_s": fan_out, "threads": threads, "rss_mib": rss})
         finally:
-            for connection in held:
+            for connection in watches + idle:
                 connection.close()
             process.terminate()
             process.wait(timeout=10)
@@ -143,6 +154,7 @@ def run_once(binary, steps, probes, run):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sim", required=True)
+    parser.add_argument("--baseline", help="another k8s4r-kube-sim binary to measure side by side, run for run")
     parser.add_argument("--steps", default="0,1000,2000,4000")
     parser.add_argument("--probes", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
@@ -152,14 +164,25 @@ def main():
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if 2 * max(steps) + 100 > hard:
         raise SystemExit(f"needs {2 * max(steps) + 100} descriptors, the hard limit is {hard}")
-    runs = [run_once(args.sim, steps, args.probes, run) for run in range(args.repeats)]
-    print(f"{'watches+idle':>14} {'readyz p50 ms':>14} {'readyz p99 ms':>14} {'fan-out s':>10} {'threads':>8} {'RSS MiB':>8}")
-    for index, step in enumerate(steps):
-        rows = [run[index] for run in runs]
-        median = lambda key: statistics.median(row[key] for row in rows)  # noqa: E731
-        spread = lambda key: f"{min(row[key] for row in rows):.2f}-{max(row[key] for row in rows):.2f}"  # noqa: E731
-        print(f"{f'{step}+{step}':>14} {median('p50'):>14.2f} {median('p99'):>14.2f} {median('fan_out_s'):>10.3f} "
-              f"{median('threads'):>8.0f} {median('rss_mib'):>8.0f}   (p99 runs {spread('p99')}, fan-out runs {spread('fan_out_s')})")
+    binaries = [args.sim] + ([args.baseline] if args.baseline else [])
+    results = {binary: [] for binary in binaries}
+    for run in range(args.repeats):  # side by side: each run measures every binary
+        for binary in binaries:
+            results[binary].append(run_once(binary, steps, args.probes, run))
+    for binary in binaries:
+        print(f"\n{binary}")
+        print(f"{'watches+idle':>14} {'readyz p50 ms':>14} {'readyz p99 ms':>14} {'fan-out s':>10} {'threads':>8} {'RSS MiB':>8}")
+        for index, step in enumerate(steps):
+            rows = [run[index] for run in results[binary] if index < len(run)]
+            if not rows:
+                break
+            if any(row.get("stalled") for row in rows):
+                print(f"{f'{step}+{step}':>14} {'no answer: every thread held':>40} {statistics.median(r['threads'] for r in rows):>19.0f}")
+                break
+            median = lambda key: statistics.median(row[key] for row in rows)  # noqa: E731
+            spread = lambda key: f"{min(row[key] for row in rows):.2f}-{max(row[key] for row in rows):.2f}"  # noqa: E731
+            print(f"{f'{step}+{step}':>14} {median('p50'):>14.2f} {median('p99'):>14.2f} {median('fan_out_s'):>10.3f} "
+                  f"{median('threads'):>8.0f} {median('rss_mib'):>8.0f}   (p99 runs {spread('p99')}, fan-out runs {spread('fan_out_s')})")
 
 
 if __name__ == "__main__":
