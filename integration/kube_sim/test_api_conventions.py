@@ -128,3 +128,35 @@ def test_crd_table_and_error_bodies(sim):
     assert body["message"].endswith("Unable to remove nonexistent key: /data/missing: missing value")
     status, _, body = sim.request("POST", "/_sim/faults", {"latencyMs": "slow"})
     assert status == 400 and "json.exception" not in json.dumps(body)
+
+
+def test_hostile_requests_are_refused_and_change_nothing(sim):
+    sim.request("POST", CONFIGMAPS, {"metadata": {"name": "c"}})
+    # The deprecated /watch/ paths serve watches only.
+    status, _, _ = sim.request("DELETE", "/api/v1/watch/namespaces/default/configmaps/c")
+    assert status == 405 and sim.request("GET", CONFIGMAPS + "/c")[0] == 200
+    # Nesting deeper than kube-apiserver's decoder allows.
+    deep = '{"metadata":{"name":"d"},"data":' + "[" * 20000 + "]" * 20000 + "}"
+    status, _, body = sim.request("POST", CONFIGMAPS, deep)
+    assert status == 400 and "exceeded max depth" in body["message"]
+    status, _, body = sim.request("PATCH", CONFIGMAPS + "/c", '{"data":' + '{"a":' * 20000 + "1" + "}" * 20001,
+                                  content_type="application/merge-patch+json")
+    assert status == 400 and "exceeded max depth" in body["message"]
+    # A JSON patch may not have more than 10000 operations, nor copy more than 3 MiB.
+    many = [{"op": "test", "path": "/metadata/name", "value": "c"}] * 10001
+    assert sim.request("PATCH", CONFIGMAPS + "/c", many, content_type="application/json-patch+json")[0] == 413
+    sim.request("PATCH", CONFIGMAPS + "/c", {"data": {"k0": "x" * 100000}}, content_type="application/merge-patch+json")
+    doubling = [{"op": "copy", "from": "/data", "path": "/metadata/annotations"}] + [
+        {"op": "copy", "from": "/data/k0", "path": f"/data/k{index}"} for index in range(1, 40)]
+    status, _, body = sim.request("PATCH", CONFIGMAPS + "/c", doubling, content_type="application/json-patch+json")
+    assert status == 422 and "exceed the allowed limit" in body["message"]
+    # A CRD may not take over a built-in resource.
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "clusterrolebindings.rbac.authorization.k8s.io"},
+           "spec": {"group": "rbac.authorization.k8s.io", "scope": "Cluster",
+                    "names": {"plural": "clusterrolebindings", "kind": "ClusterRoleBinding"},
+                    "versions": [{"name": "v1", "served": True, "storage": True,
+                                  "schema": {"openAPIV3Schema": {"type": "object"}}}]}}
+    status, _, body = sim.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    assert status == 422 and "is a built-in resource of the API server" in body["message"]
+    assert "cluster-admin" in sim.kubectl("get", "clusterrolebindings").stdout

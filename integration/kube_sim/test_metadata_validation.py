@@ -124,3 +124,24 @@ def test_wrong_types_in_metadata_are_400_and_store_nothing(sim):
                                   content_type="application/merge-patch+json")
     assert status == 422 and body["details"]["causes"][0]["field"] == "patch"
     assert "json.exception" not in body["message"]
+
+
+def test_wrong_types_in_built_in_kinds_are_400(sim):
+    status, _, body = sim.request("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles",
+                                  {"metadata": {"name": "r"}, "rules": [{"verbs": [1], "apiGroups": [""], "resources": ["pods"]}]})
+    assert status == 400 and body["message"] == (
+        'Role in version "v1" cannot be handled as a Role: json: cannot unmarshal number into Go struct field '
+        'PolicyRule.rules.verbs of type string')
+    status, _, body = sim.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                                  {"metadata": {"name": "b"}, "roleRef": {"kind": 5, "name": "x"}})
+    assert status == 400 and "Go struct field RoleRef.roleRef.kind of type string" in body["message"]
+    status, _, body = sim.request("POST", "/api/v1/namespaces/default/events",
+                                  {"metadata": {"name": "e"}, "involvedObject": {"name": "x", "namespace": "default"},
+                                   "count": "many"})
+    assert status == 400 and "Go struct field Event.count of type int32" in body["message"]
+    status, _, body = sim.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                                  {"spec": {"resourceAttributes": {"verb": ["get"]}}})
+    assert status == 400 and "Go struct field ResourceAttributes.spec.resourceAttributes.verb of type string" in body["message"]
+    for path in ("/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles/r",
+                 "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/b", "/api/v1/namespaces/default/events/e"):
+        assert sim.request("GET", path)[0] == 404

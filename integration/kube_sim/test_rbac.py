@@ -232,3 +232,15 @@ def test_rbac_writers_cannot_grant_more_than_they_hold(cluster):
     sim.kubectl("create", "rolebinding", "bob-escalates", "--role=escalator", "--user=bob")
     assert as_token(sim, "bob-token", "patch", "role", "maps", "--type=json", "-p",
                     '[{"op":"add","path":"/rules/0/resources/-","value":"secrets"}]').returncode == 0
+
+
+def test_a_malformed_binding_does_not_break_authorization(cluster):
+    sim = cluster
+    status, _, _ = sim.request("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings",
+                               {"metadata": {"name": "odd"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                                                          "kind": "ClusterRole", "name": "view"},
+                                "subjects": [{"kind": "ServiceAccount", "name": "x", "namespace": None}]})
+    assert status == 201
+    sim.kubectl("create", "role", "maps", "--verb=list", "--resource=configmaps")
+    sim.kubectl("create", "rolebinding", "bob-maps", "--role=maps", "--user=bob")
+    assert as_token(sim, "bob-token", "get", "configmaps").returncode == 0

@@ -42,6 +42,10 @@ ensure_node_modules() {
   fi
 }
 
+# ccache shares its cache between clones of the repository (CI builds a fresh
+# clone each time): paths under the repository are hashed relative to it.
+export CCACHE_BASEDIR="$REPO_ROOT" CCACHE_NOHASHDIR=true
+
 # configure_and_build BUILD_DIR [cmake options...]
 configure_and_build() {
   local build_dir=$1

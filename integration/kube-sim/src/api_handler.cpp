@@ -282,6 +282,9 @@ std::variant<json, ApiResponse> ApiHandler::parse_body(const HttpRequest& reques
         "the body of the request was in an unknown format - accepted media types include: application/json, "
         "application/yaml, application/vnd.kubernetes.protobuf");
   }
+  if (json_nesting_exceeds(request.body, kMaxJsonDepth))
+    return bad_request("the object provided is unrecognized: json: exceeded max depth of " +
+                       std::to_string(kMaxJsonDepth));
   json body = json::parse(request.body, nullptr, false);
   if (body.is_discarded()) return bad_request("the object provided is unrecognized: the body is not valid JSON");
   if (!body.is_object()) return bad_request("the object provided is unrecognized: the body must be a JSON object");
@@ -372,6 +375,10 @@ HandlerResult ApiHandler::resource_request(const HttpRequest& request, const Use
       std::find(type->subresources.begin(), type->subresources.end(), subresource) != type->subresources.end();
   if (!subresource.empty() && !known_subresource) return answer(not_found_path(request.path));
   const Target target{*type, namespace_};
+  // The deprecated /watch/ paths serve watches only, as kube-apiserver
+  // registers them for GET alone (and RBAC reads them as the verb watch).
+  if (watch_path && method != "GET")
+    return answer(method_not_allowed("the server does not allow this method on the requested resource"));
 
   // Answered, never stored.
   if (type->create_only) {

@@ -2,6 +2,8 @@
 
 #include "k8s4r/common/base64.h"
 
+#include "builtin_shapes.h"
+
 #include <algorithm>
 #include <cctype>
 #include <set>
@@ -418,7 +420,8 @@ std::optional<std::string> builtin_decode_error(const ResourceType& request, con
     if (auto error = bytes_map_error(object, "binaryData", "ConfigMap")) return error;
     return scalar_error(object, "immutable", "ConfigMap", "bool", true);
   }
-  return std::nullopt;
+  if (!request.builtin) return std::nullopt;
+  return builtin_shape_error(request.group, request.kind, object);
 }
 
 void prepare_for_create(const ResourceType& request, json& object, Timestamp now) {

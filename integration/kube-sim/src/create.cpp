@@ -91,7 +91,7 @@ ApiResponse Store::create_locked(const Target& target, json body, const WriteOpt
   metadata["creationTimestamp"] = format_rfc3339(clock_());
   // generation counts spec changes of the kinds that track them: custom
   // resources and CRDs here (core kinds such as ConfigMap leave it unset).
-  if (!type.builtin || type.plural == "customresourcedefinitions") {
+  if (!type.builtin || is_crd(type)) {
     metadata["generation"] = 1;
   } else {
     metadata.erase("generation");
@@ -121,10 +121,25 @@ ApiResponse Store::create_locked(const Target& target, json body, const WriteOpt
     return exists;
   }
   if (auto admitted = admit(target, body, nullptr, options, warnings); !admitted.ok()) return admitted;
+  if (is_crd(type)) {
+    // Built-in resources are the API server's own: a CRD may not take one over.
+    const json& spec = body["spec"];
+    const std::string group = string_at(spec, "group");
+    const std::string plural =
+        spec.contains("names") && spec["names"].is_object() ? string_at(spec["names"], "plural") : "";
+    auto served = resources_.find(group + "/" + plural);
+    if (served != resources_.end() && !served->second.versions.empty() && storage_type(served->second).builtin) {
+      return invalid(
+          subject(type, name), type.qualified_kind(),
+          {{"FieldValueInvalid",
+            "Invalid value: \"" + group + "\": " + plural + "." + group + " is a built-in resource of the API server",
+            "spec.group"}});
+    }
+  }
   if (options.dry_run) return {201, for_version(body, type), warnings};
 
   auto stored = commit(*resource, key, std::make_shared<json>(std::move(body)), "ADDED");
-  if (type.plural == "customresourcedefinitions") register_crd(*stored);
+  if (is_crd(type)) register_crd(*stored);
   return {201, for_version(*stored, type), warnings};
 }
 

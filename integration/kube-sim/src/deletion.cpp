@@ -61,7 +61,7 @@ std::optional<bool> flag(const json& options, const char* key) {
 // garbage collector's two, then "orphan" and "foregroundDeletion" as the
 // options (or, when they say nothing, the finalizers already there) ask.
 json finalizers_for_deletion(const json& existing_finalizers, const json& options, bool garbage_collected) {
-  const std::string policy = options.value("propagationPolicy", "");
+  const std::string policy = string_at(options, "propagationPolicy");
   const std::optional<bool> orphan_dependents = flag(options, "orphanDependents");
   const auto had = [&](const char* name) {
     return std::find(existing_finalizers.begin(), existing_finalizers.end(), name) != existing_finalizers.end();
@@ -140,7 +140,7 @@ ApiResponse Store::delete_locked(Resource& resource, const ResourceType& type, c
   const bool dry_run = delete_options.contains("dryRun") && !delete_options["dryRun"].empty();
   if (dry_run) return {200, for_version(*existing, type), {}};
 
-  const json old_finalizers = metadata.value("finalizers", json::array());
+  const json old_finalizers = list_at(metadata, "finalizers");
   json updated = *existing;
   if (namespace_type) {
     // A namespace terminates: the namespace controller empties it, then
@@ -148,7 +148,7 @@ ApiResponse Store::delete_locked(Resource& resource, const ResourceType& type, c
     if (!metadata.contains("deletionTimestamp")) {
       updated["metadata"]["deletionTimestamp"] = format_rfc3339(clock_());
       updated["status"]["phase"] = "Terminating";
-      const std::string policy = delete_options.value("propagationPolicy", "");
+      const std::string policy = string_at(delete_options, "propagationPolicy");
       json finalizers = json::array();
       for (const json& finalizer : old_finalizers) {
         if (finalizer != "orphan" && finalizer != "foregroundDeletion") finalizers.push_back(finalizer);
@@ -175,7 +175,9 @@ ApiResponse Store::delete_locked(Resource& resource, const ResourceType& type, c
     if (!metadata.contains("deletionTimestamp")) {
       updated["metadata"]["deletionTimestamp"] = format_rfc3339(clock_());
       updated["metadata"]["deletionGracePeriodSeconds"] = 0;
-      if (metadata.value("generation", 0) > 0) updated["metadata"]["generation"] = metadata.value("generation", 0) + 1;
+      if (metadata.contains("generation") && metadata["generation"].is_number_integer() &&
+          metadata["generation"].get<std::int64_t>() > 0)
+        updated["metadata"]["generation"] = metadata["generation"].get<std::int64_t>() + 1;
     }
     std::shared_ptr<const json> stored = existing;
     if (updated != *existing) stored = commit(resource, key, std::make_shared<json>(std::move(updated)), "MODIFIED");
@@ -198,8 +200,9 @@ ApiResponse Store::delete_locked(Resource& resource, const ResourceType& type, c
 
 void Store::finish_deletion(Resource& resource, const std::string& key) {
   const json object = *resource.objects.at(key);
+  const bool crd = is_crd(storage_type(resource));
   commit(resource, key, nullptr, "DELETED");
-  if (object.value("kind", "") == "CustomResourceDefinition") unregister_crd(object);
+  if (crd) unregister_crd(object);
 }
 
 void Store::remove_finalizer(Resource& resource, const std::string& key, const std::string& finalizer) {

@@ -24,9 +24,9 @@ using nlohmann::json;
 namespace {
 
 bool blocks_owner(const json& dependent, const std::string& owner_uid) {
-  for (const json& reference : metadata_of(dependent).value("ownerReferences", json::array())) {
-    if (reference.is_object() && reference.value("uid", "") == owner_uid &&
-        reference.value("blockOwnerDeletion", false) == true)
+  for (const json& reference : list_at(metadata_of(dependent), "ownerReferences")) {
+    if (reference.is_object() && string_at(reference, "uid") == owner_uid && reference.contains("blockOwnerDeletion") &&
+        reference["blockOwnerDeletion"] == true)
       return true;
   }
   return false;
@@ -48,7 +48,7 @@ void Store::index_and_queue(Resource& resource, const std::string& key, const js
   const auto owner_uids = [](const json* object) {
     std::set<std::string> uids;
     if (object == nullptr) return uids;
-    for (const json& reference : metadata_of(*object).value("ownerReferences", json::array())) {
+    for (const json& reference : list_at(metadata_of(*object), "ownerReferences")) {
       if (reference.is_object() && reference.contains("uid") && reference["uid"].is_string())
         uids.insert(reference["uid"].get<std::string>());
     }
@@ -136,7 +136,7 @@ void Store::collect_garbage(const ObjectRef& item) {
         auto changed = std::make_shared<json>(*dependent);
         json kept = json::array();
         for (const json& reference : (*changed)["metadata"]["ownerReferences"]) {
-          if (!reference.is_object() || reference.value("uid", "") != uid) kept.push_back(reference);
+          if (!reference.is_object() || string_at(reference, "uid") != uid) kept.push_back(reference);
         }
         if (kept.empty()) {
           (*changed)["metadata"].erase("ownerReferences");
@@ -167,25 +167,28 @@ void Store::collect_garbage(const ObjectRef& item) {
         const json* still = lookup(ref);
         if (still != nullptr && blocks_owner(*still, uid)) blocked = true;
       }
-      if (!blocked) remove_finalizer(resource, item.key, "foregroundDeletion");
+      // Deleting a dependent can take the owner's own resource with it (a CRD
+      // owned by one of its objects): look it up again.
+      auto still = resources_.find(item.resource);
+      if (!blocked && still != resources_.end()) remove_finalizer(still->second, item.key, "foregroundDeletion");
     }
     return;  // otherwise an object being deleted is left to its finalizers
   }
 
-  const json references = metadata.value("ownerReferences", json::array());
+  const json references = list_at(metadata, "ownerReferences");
   if (references.empty()) return;
   json solid = json::array(), kept = json::array();
   bool waiting = false, dangling = false;
   for (const json& reference : references) {
     if (!reference.is_object()) continue;
-    const std::string api_version = reference.value("apiVersion", "");
+    const std::string api_version = string_at(reference, "apiVersion");
     const std::string group =
         api_version.find('/') == std::string::npos ? "" : api_version.substr(0, api_version.find('/'));
     // The owner's kind decides where it may live.
     std::optional<ResourceType> owner_type;
     for (const auto& [key, candidate] : resources_) {
       for (const auto& [version, served] : candidate.versions) {
-        if (served.group == group && served.kind == reference.value("kind", "") && !served.create_only)
+        if (served.group == group && served.kind == string_at(reference, "kind") && !served.create_only)
           owner_type = served;
       }
     }
@@ -196,9 +199,9 @@ void Store::collect_garbage(const ObjectRef& item) {
     }
     if (owner_type->namespaced && !type.namespaced) return;  // never collected
     const json* owner = nullptr;
-    if (auto at = uids_.find(reference.value("uid", "")); at != uids_.end()) owner = lookup(at->second);
+    if (auto at = uids_.find(string_at(reference, "uid")); at != uids_.end()) owner = lookup(at->second);
     const bool present = owner != nullptr && owner->value("kind", "") == owner_type->kind &&
-                         string_at(metadata_of(*owner), "name") == reference.value("name", "") &&
+                         string_at(metadata_of(*owner), "name") == string_at(reference, "name") &&
                          (!owner_type->namespaced || string_at(metadata_of(*owner), "namespace") == namespace_);
     if (!present) {
       dangling = true;

@@ -60,7 +60,7 @@ void Store::sync_namespace(const std::string& name) {
     for (auto it = resource.objects.lower_bound(prefix);
          it != resource.objects.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
       ++remaining[type.plural + "." + type.group];
-      for (const json& finalizer : metadata_of(*it->second).value("finalizers", json::array())) {
+      for (const json& finalizer : list_at(metadata_of(*it->second), "finalizers")) {
         if (finalizer.is_string()) ++finalizers[finalizer.get<std::string>()];
       }
     }
@@ -85,17 +85,21 @@ void Store::sync_namespace(const std::string& name) {
            : condition("NamespaceFinalizersRemaining", true, "SomeFinalizersRemain",
                        "Some content in the namespace has finalizers remaining: " + joined(finalizers, " in "))});
   // lastTransitionTime moves only when a condition's status flips.
-  const json old = found->second->value("status", json::object()).value("conditions", json::array());
+  const json& status = found->second->contains("status") ? (*found->second)["status"] : json();
+  const json old = status.is_object() && status.contains("conditions") && status["conditions"].is_array()
+                       ? status["conditions"]
+                       : json::array();
   const std::string now = format_rfc3339(clock_());
   bool changed = old.size() != conditions.size();
   for (json& item : conditions) {
     item["lastTransitionTime"] = now;
     for (const json& before : old) {
-      if (before.value("type", "") != item["type"]) continue;
-      if (before.value("status", "") == item["status"])
-        item["lastTransitionTime"] = before.value("lastTransitionTime", now);
-      if (before.value("reason", "") != item["reason"] || before.value("message", "") != item["message"] ||
-          before.value("status", "") != item["status"])
+      if (string_at(before, "type") != item["type"]) continue;
+      if (string_at(before, "status") == item["status"])
+        item["lastTransitionTime"] =
+            string_at(before, "lastTransitionTime").empty() ? now : string_at(before, "lastTransitionTime");
+      if (string_at(before, "reason") != item["reason"] || string_at(before, "message") != item["message"] ||
+          string_at(before, "status") != item["status"])
         changed = true;
     }
   }

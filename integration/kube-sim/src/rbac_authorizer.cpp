@@ -1,5 +1,7 @@
 #include "k8s4r/kube_sim/rbac_authorizer.h"
 
+#include "store_util.h"
+
 #include <algorithm>
 
 namespace k8s4r::kube_sim {
@@ -7,6 +9,11 @@ namespace k8s4r::kube_sim {
 using nlohmann::json;
 
 namespace {
+
+const json& list_or_object(const json& object, const char* key) {
+  static const json empty = json::object();
+  return object.contains(key) && object[key].is_object() ? object[key] : empty;
+}
 
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
@@ -78,12 +85,14 @@ std::optional<std::string> matching_subject(const UserInfo& user, const json& bi
   if (!binding.contains("subjects") || !binding["subjects"].is_array()) return std::nullopt;
   for (const json& subject : binding["subjects"]) {
     if (!subject.is_object()) continue;
-    const std::string kind = subject.value("kind", ""), name = subject.value("name", "");
+    const std::string kind = string_at(subject, "kind"), name = string_at(subject, "name");
     if (kind == "User" && user.name == name) return "User \"" + name + "\"";
     if (kind == "Group" && std::find(user.groups.begin(), user.groups.end(), name) != user.groups.end())
       return "Group \"" + name + "\"";
     if (kind == "ServiceAccount") {
-      const std::string namespace_ = subject.value("namespace", binding_namespace);
+      const std::string namespace_ = subject.contains("namespace") && subject["namespace"].is_string()
+                                         ? subject["namespace"].get<std::string>()
+                                         : binding_namespace;
       if (namespace_.empty()) continue;
       if (user.name == "system:serviceaccount:" + namespace_ + ":" + name)
         return "ServiceAccount \"" + name + "/" + namespace_ + "\"";
@@ -192,8 +201,9 @@ void RbacAuthorizer::visit_rules(const UserInfo& user, const std::string& namesp
                                  const std::function<bool(const json& rule, const std::string& source)>& visit,
                                  std::vector<std::string>& errors) const {
   const auto rules_of = [&](const json& binding, const std::string& binding_namespace) -> std::optional<json> {
-    const json ref = binding.value("roleRef", json::object());
-    const std::string kind = ref.value("kind", ""), name = ref.value("name", "");
+    const json ref =
+        binding.contains("roleRef") && binding["roleRef"].is_object() ? binding["roleRef"] : json::object();
+    const std::string kind = string_at(ref, "kind"), name = string_at(ref, "name");
     std::optional<json> role_object;
     if (kind == "ClusterRole") {
       role_object = source_.get("clusterroles", "", name);
@@ -212,8 +222,9 @@ void RbacAuthorizer::visit_rules(const UserInfo& user, const std::string& namesp
     if (!subject) continue;
     auto rules = rules_of(binding, "");
     if (!rules) continue;
-    const std::string source = "ClusterRoleBinding \"" + binding["metadata"].value("name", "") +
-                               "\" of ClusterRole \"" + binding["roleRef"].value("name", "") + "\" to " + *subject;
+    const std::string source = "ClusterRoleBinding \"" + string_at(metadata_of(binding), "name") +
+                               "\" of ClusterRole \"" + string_at(list_or_object(binding, "roleRef"), "name") +
+                               "\" to " + *subject;
     for (const json& rule : *rules) {
       if (visit(rule, source)) return;
     }
@@ -224,9 +235,9 @@ void RbacAuthorizer::visit_rules(const UserInfo& user, const std::string& namesp
     if (!subject) continue;
     auto rules = rules_of(binding, namespace_);
     if (!rules) continue;
-    const std::string source = "RoleBinding \"" + binding["metadata"].value("name", "") + "/" + namespace_ + "\" of " +
-                               binding["roleRef"].value("kind", "") + " \"" + binding["roleRef"].value("name", "") +
-                               "\" to " + *subject;
+    const std::string source = "RoleBinding \"" + string_at(metadata_of(binding), "name") + "/" + namespace_ +
+                               "\" of " + string_at(list_or_object(binding, "roleRef"), "kind") + " \"" +
+                               string_at(list_or_object(binding, "roleRef"), "name") + "\" to " + *subject;
     for (const json& rule : *rules) {
       if (visit(rule, source)) return;
     }
@@ -333,9 +344,9 @@ json RbacAuthorizer::rules_review(const UserInfo& user, const std::string& names
       [&](const json& rule, const std::string&) {
         if (rule.contains("nonResourceURLs") && !rule["nonResourceURLs"].empty()) {
           non_resource_rules.push_back(
-              {{"verbs", rule.value("verbs", json::array())}, {"nonResourceURLs", rule["nonResourceURLs"]}});
+              {{"verbs", list_at(rule, "verbs")}, {"nonResourceURLs", rule["nonResourceURLs"]}});
         } else {
-          json entry = {{"verbs", rule.value("verbs", json::array())}};
+          json entry = {{"verbs", list_at(rule, "verbs")}};
           for (const char* key : {"apiGroups", "resources", "resourceNames"}) {
             if (rule.contains(key) && !rule[key].empty()) entry[key] = rule[key];
           }

@@ -1,5 +1,6 @@
 #include "reviews.h"
 
+#include "builtin_shapes.h"
 #include "store_util.h"
 
 namespace k8s4r::kube_sim {
@@ -19,7 +20,7 @@ ApiResponse invalid_review(const std::string& qualified_kind, std::vector<FieldC
 }
 
 std::optional<ApiResponse> check_kind(const json& body, const std::string& api_version, const std::string& kind) {
-  const std::string body_version = body.value("apiVersion", ""), body_kind = body.value("kind", "");
+  const std::string body_version = string_at(body, "apiVersion"), body_kind = string_at(body, "kind");
   if ((!body_version.empty() && body_version != api_version) || (!body_kind.empty() && body_kind != kind)) {
     return bad_request("the object provided is unrecognized: expected " + api_version + ", Kind=" + kind + ", got " +
                        body_version + ", Kind=" + body_kind);
@@ -65,10 +66,18 @@ RequestAttributes attributes_of(const json& spec, std::vector<FieldCause>& cause
   return attributes;
 }
 
+std::optional<ApiResponse> shape_error(const json& body, const std::string& group, const std::string& kind) {
+  if (auto error = builtin_shape_error(group, kind, body)) {
+    return bad_request(kind + " in version \"v1\" cannot be handled as a " + kind + ": " + *error);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ApiResponse Reviews::token_request(const std::string& namespace_, const std::string& name, json body) const {
   if (auto wrong = check_kind(body, "authentication.k8s.io/v1", "TokenRequest")) return *wrong;
+  if (auto wrong = shape_error(body, "authentication.k8s.io", "TokenRequest")) return *wrong;
   const json metadata = metadata_of(body);
   std::vector<FieldCause> causes;
   if (!string_at(metadata, "name").empty() && string_at(metadata, "name") != name) {
@@ -131,6 +140,7 @@ ApiResponse Reviews::token_request(const std::string& namespace_, const std::str
 ApiResponse Reviews::create(const ResourceType& type, const std::string& namespace_, json body,
                             const UserInfo& user) const {
   if (auto wrong = check_kind(body, type.api_version(), type.kind)) return *wrong;
+  if (auto wrong = shape_error(body, type.group, type.kind)) return *wrong;
   if (type.kind == "SelfSubjectReview") {
     return {201, answered(std::move(body), type.api_version(), type.kind, {{"userInfo", user.to_json()}}), {}};
   }

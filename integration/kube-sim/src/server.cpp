@@ -518,6 +518,14 @@ void Server::Impl::accept() {
         connections.push_back(connection);
       }
       connection->start();
+    } else if (error != net::error::operation_aborted) {
+      // Out of descriptors (or another transient failure): try again shortly
+      // instead of spinning on the error.
+      auto timer = std::make_shared<net::steady_timer>(*io, std::chrono::milliseconds(50));
+      timer->async_wait([this, timer](beast::error_code) {
+        if (!stopping) accept();
+      });
+      return;
     }
     accept();
   });

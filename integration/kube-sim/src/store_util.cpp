@@ -39,6 +39,11 @@ std::string string_at(const json& object, const char* key) {
   return object.contains(key) && object[key].is_string() ? object[key].get<std::string>() : "";
 }
 
+const json& list_at(const json& object, const char* key) {
+  static const json empty = json::array();
+  return object.is_object() && object.contains(key) && object[key].is_array() ? object[key] : empty;
+}
+
 bool has_finalizers(const json& object) {
   const json& metadata = metadata_of(object);
   return metadata.contains("finalizers") && metadata["finalizers"].is_array() && !metadata["finalizers"].empty();
@@ -57,6 +62,29 @@ bool holds_namespace_open(const json& object) {
   if (object.value("kind", "") != "Namespace" || !object.contains("spec") || !object["spec"].is_object()) return false;
   const json& spec = object["spec"];
   return spec.contains("finalizers") && spec["finalizers"].is_array() && !spec["finalizers"].empty();
+}
+
+bool json_nesting_exceeds(std::string_view text, std::size_t limit) {
+  std::size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
 }
 
 std::optional<std::uint64_t> parse_version(const std::string& text) {

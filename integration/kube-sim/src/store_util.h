@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace k8s4r::kube_sim {
 
@@ -25,9 +26,25 @@ const nlohmann::json& metadata_of(const nlohmann::json& object);
 // object[key] when it is a string, else "".
 std::string string_at(const nlohmann::json& object, const char* key);
 bool has_finalizers(const nlohmann::json& object);
+// object[key] when it is an array, else an empty array.
+const nlohmann::json& list_at(const nlohmann::json& object, const char* key);
 bool has_finalizer(const nlohmann::json& object, const std::string& finalizer);
 // A Namespace whose spec.finalizers is not empty yet: its deletion waits.
 bool holds_namespace_open(const nlohmann::json& object);
+
+// apiextensions.k8s.io/v1 customresourcedefinitions (not a CRD's kind that
+// happens to be named so).
+inline bool is_crd(const ResourceType& type) {
+  return type.group == "apiextensions.k8s.io" && type.plural == "customresourcedefinitions";
+}
+
+// kube-apiserver's JSON decoder refuses documents nested deeper than this;
+// nlohmann::json copies, compares and dumps recursively, so deeper ones would
+// overflow the stack.
+constexpr std::size_t kMaxJsonDepth = 10000;
+// Whether `text` nests arrays and objects deeper than `limit` (brackets in
+// strings do not count). One pass, no allocation.
+bool json_nesting_exceeds(std::string_view text, std::size_t limit);
 
 // A resourceVersion: decimal digits that fit in 64 bits.
 std::optional<std::uint64_t> parse_version(const std::string& text);

@@ -188,7 +188,7 @@ ApiResponse Store::update_locked(const Target& target, const std::string& name, 
     return {200, for_version(*deleted, type), warnings};
   }
   auto stored = commit(*resource, key, std::make_shared<json>(std::move(updated)), "MODIFIED");
-  if (type.plural == "customresourcedefinitions") register_crd(*stored);
+  if (is_crd(type)) register_crd(*stored);
   return {200, for_version(*stored, type), warnings};
 }
 
@@ -205,8 +205,20 @@ ApiResponse Store::patch(const Target& target, const std::string& name, PatchTyp
         "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, "
         "application/merge-patch+json, application/apply-patch+yaml");
   }
+  if (json_nesting_exceeds(patch, kMaxJsonDepth))
+    return bad_request("error decoding patch: json: exceeded max depth of " + std::to_string(kMaxJsonDepth));
   json document = json::parse(patch, nullptr, false);
   if (document.is_discarded()) return bad_request("error decoding patch: invalid JSON");
+  // kube-apiserver's limits on a JSON patch: operations, and what copy adds.
+  constexpr std::size_t kMaxOperations = 10000;
+  constexpr std::size_t kMaxCopiedBytes = 3 * 1024 * 1024;
+  if (patch_type == PatchType::json && document.is_array() && document.size() > kMaxOperations) {
+    return {413,
+            status_body(413, "RequestEntityTooLarge",
+                        "The allowed maximum operations in a JSON patch is " + std::to_string(kMaxOperations) +
+                            ", got " + std::to_string(document.size())),
+            {}};
+  }
 
   std::lock_guard lock(mutex_);
   Resource* resource = resource_of(type);
@@ -218,9 +230,22 @@ ApiResponse Store::patch(const Target& target, const std::string& name, PatchTyp
     if (!document.is_array()) return bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch");
     // One operation at a time, so a failure is worded after the operation
     // that failed (as evanphx/json-patch words it), never the JSON library's text.
+    std::size_t copied = 0;
     for (const json& operation : document) {
       try {
-        patched = patched.patch(json::array({operation}));
+        if (operation.is_object() && operation.value("op", json()) == "copy" && operation.contains("from") &&
+            operation["from"].is_string()) {
+          copied += patched.at(json::json_pointer(operation["from"].get<std::string>())).dump().size();
+          if (copied > kMaxCopiedBytes) {
+            return {422,
+                    status_body(422, "Invalid",
+                                "the server rejected our request due to an error in our request: Unable to copy, "
+                                "resulting document size would exceed the allowed limit of " +
+                                    std::to_string(kMaxCopiedBytes) + " bytes"),
+                    {}};
+          }
+        }
+        patched.patch_inplace(json::array({operation}));
       } catch (const json::exception&) {
         return {422,
                 status_body(
