@@ -137,6 +137,23 @@ def kube_sim(tmp_path):
 
 
 @pytest.fixture
+def sim(kube_sim):
+    """A k8s4r-kube-sim with k8s4r's CRDs applied."""
+    started = kube_sim()
+    started.apply_crds()
+    return started
+
+
+@pytest.fixture
+def api_client(sim):
+    """The official Python client, configured from `sim`'s kubeconfig."""
+    from kubernetes import config
+    configured = config.new_client_from_config(config_file=str(sim.kubeconfig))
+    yield configured
+    configured.close()
+
+
+@pytest.fixture
 def tls_files(tmp_path):
     """A CA and a server certificate for 127.0.0.1 and localhost, made with openssl."""
     directory = tmp_path / "tls"

@@ -10,12 +10,6 @@ GROUP, VERSION = "robot.k8s4r.io", "v1alpha1"
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 
 
-@pytest.fixture
-def sim(kube_sim):
-    sim = kube_sim()
-    sim.apply_crds()
-    return sim
-
 
 def watch_lines(sim, query, count):
     """The first `count` lines of a watch on ConfigMaps (timeoutSeconds ends it)."""

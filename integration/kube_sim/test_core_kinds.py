@@ -6,22 +6,14 @@ import base64
 import json
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 
-@pytest.fixture
-def sim(kube_sim):
-    sim = kube_sim()
-    sim.apply_crds()
-    return sim
-
 
 @pytest.fixture
-def core(sim):
-    api_client = config.new_client_from_config(config_file=str(sim.kubeconfig))
-    yield client.CoreV1Api(api_client), client.EventsV1Api(api_client)
-    api_client.close()
+def core(api_client):
+    return client.CoreV1Api(api_client), client.EventsV1Api(api_client)
 
 
 def b64(text):

@@ -14,12 +14,6 @@ CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 GROUP, VERSION = "robot.k8s4r.io", "v1alpha1"
 
 
-@pytest.fixture
-def sim(kube_sim):
-    sim = kube_sim()
-    sim.apply_crds()
-    return sim
-
 
 def make(sim, name, owners=(), finalizers=(), namespace="default"):
     metadata = {"name": name}

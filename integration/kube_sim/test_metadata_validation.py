@@ -4,7 +4,7 @@ nothing. Messages are kube-apiserver's, word for word."""
 import json
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 GROUP, VERSION = "robot.k8s4r.io", "v1alpha1"
@@ -20,18 +20,10 @@ def task(name, **metadata):
             "spec": {"name": name, "driver": "exec", "config": {"execConfig": {"command": "/bin/true"}}}}
 
 
-@pytest.fixture
-def sim(kube_sim):
-    sim = kube_sim()
-    sim.apply_crds()
-    return sim
-
 
 @pytest.fixture
-def custom(sim):
-    api_client = config.new_client_from_config(config_file=str(sim.kubeconfig))
-    yield client.CustomObjectsApi(api_client)
-    api_client.close()
+def custom(api_client):
+    return client.CustomObjectsApi(api_client)
 
 
 def refused(call):

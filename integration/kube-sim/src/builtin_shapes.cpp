@@ -1,5 +1,7 @@
 #include "builtin_shapes.h"
 
+#include "go_text.h"
+
 #include <map>
 #include <memory>
 #include <utility>
@@ -32,14 +34,6 @@ Shape array(Shape item) {
   return shape;
 }
 Shape strings() { return array(text()); }
-
-std::string json_kind(const json& value) {
-  if (value.is_array()) return "array";
-  if (value.is_object()) return "object";
-  if (value.is_string()) return "string";
-  if (value.is_boolean()) return "bool";
-  return "number";
-}
 
 // encoding/json's error: the innermost struct, then the dotted path from the
 // decoded object (no indexes), then the Go type.

@@ -3,6 +3,7 @@
 #include "k8s4r/common/base64.h"
 
 #include "builtin_shapes.h"
+#include "go_text.h"
 
 #include <algorithm>
 #include <cctype>
@@ -16,27 +17,6 @@ namespace {
 
 constexpr std::size_t kMaxSecretSize = 1024 * 1024;  // also a ConfigMap's limit
 const std::string kRbacGroup = "rbac.authorization.k8s.io";
-
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string json_kind(const json& value) {
-  if (value.is_array()) return "array";
-  if (value.is_object()) return "object";
-  if (value.is_string()) return "string";
-  if (value.is_boolean()) return "bool";
-  return "number";
-}
-
-std::string unmarshal_error(const json& value, const std::string& field, const std::string& go_type) {
-  return "json: cannot unmarshal " + json_kind(value) + " into Go struct field " + field + " of type " + go_type;
-}
 
 // Where Go's standard base64 decoder gives up ("illegal base64 data at
 // input byte N"): the first character outside the alphabet or its padding,
@@ -72,8 +52,8 @@ FieldCause forbidden(const std::string& field, const std::string& detail) {
 }
 FieldCause not_supported(const std::string& field, const std::string& value, const std::vector<std::string>& allowed) {
   std::string list;
-  for (const std::string& item : allowed) list += (list.empty() ? "" : ", ") + quoted(item);
-  return {"FieldValueNotSupported", "Unsupported value: " + quoted(value) + ": supported values: " + list, field};
+  for (const std::string& item : allowed) list += (list.empty() ? "" : ", ") + go_quote(item);
+  return {"FieldValueNotSupported", "Unsupported value: " + go_quote(value) + ": supported values: " + list, field};
 }
 FieldCause too_long(const std::string& field, std::size_t limit) {
   return {"FieldValueTooLong", "Too long: may not be more than " + std::to_string(limit) + " bytes", field};
@@ -104,7 +84,7 @@ std::vector<std::string> config_key_problems(const std::string& key) {
 void check_keys(const json& map, const std::string& field, std::vector<FieldCause>& causes) {
   for (const auto& [key, value] : map.items()) {
     for (const std::string& problem : config_key_problems(key))
-      causes.push_back(invalid_value(field + "[" + key + "]", quoted(key), problem));
+      causes.push_back(invalid_value(field + "[" + key + "]", go_quote(key), problem));
   }
 }
 
@@ -184,7 +164,7 @@ void validate_secret(const json& object, const json* existing, std::vector<Field
   }
   if (existing != nullptr) {
     const std::string old_type = text_at(*existing, "type");
-    if (old_type != type) causes.push_back(invalid_value("type", quoted(type), "field is immutable"));
+    if (old_type != type) causes.push_back(invalid_value("type", go_quote(type), "field is immutable"));
     immutable_data(object, existing, {"data"}, causes);
   }
 }
@@ -197,7 +177,7 @@ void validate_config_map(const json& object, const json* existing, std::vector<F
   std::size_t total = decoded_size(binary);
   for (const auto& [key, value] : data.items()) {
     if (binary.contains(key))
-      causes.push_back(invalid_value("data[" + key + "]", quoted(key), "duplicate of key present in binaryData"));
+      causes.push_back(invalid_value("data[" + key + "]", go_quote(key), "duplicate of key present in binaryData"));
     if (value.is_string()) total += value.get<std::string>().size();
   }
   if (total > kMaxSecretSize) causes.push_back(too_long("", kMaxSecretSize));
@@ -210,9 +190,9 @@ void validate_namespace(const json& object, std::vector<FieldCause>& causes) {
   for (const json& item : spec["finalizers"]) {
     const std::string finalizer = item.is_string() ? item.get<std::string>() : "";
     for (const std::string& problem : qualified_name_problems(finalizer))
-      causes.push_back(invalid_value("spec.finalizers", quoted(finalizer), problem));
+      causes.push_back(invalid_value("spec.finalizers", go_quote(finalizer), problem));
     if (finalizer.find('/') == std::string::npos && finalizer != "kubernetes")
-      causes.push_back(invalid_value("spec.finalizers", quoted(finalizer),
+      causes.push_back(invalid_value("spec.finalizers", go_quote(finalizer),
                                      "name is neither a standard finalizer name nor is it fully qualified"));
   }
 }
@@ -235,18 +215,18 @@ void validate_event(const ResourceType& request, const json& object, std::vector
         involved_namespace.empty() ? (namespace_.empty() || namespace_ == "default") : involved_namespace == namespace_;
     if (!ok)
       causes.push_back(
-          invalid_value("involvedObject.namespace", quoted(involved_namespace), "does not match event.namespace"));
+          invalid_value("involvedObject.namespace", go_quote(involved_namespace), "does not match event.namespace"));
   } else {
     if (involved_namespace.empty() && namespace_ != "default" && namespace_ != "kube-system")
       causes.push_back(
-          invalid_value("involvedObject.namespace", quoted(involved_namespace), "does not match event.namespace"));
+          invalid_value("involvedObject.namespace", go_quote(involved_namespace), "does not match event.namespace"));
     const std::string controller = text_at(object, "reportingComponent");
     const std::string controller_field = core ? "reportingComponent" : "reportingController";
     if (controller.empty()) {
       causes.push_back(required(controller_field));
     } else {
       for (const std::string& problem : qualified_name_problems(controller))
-        causes.push_back(invalid_value(controller_field, quoted(controller), problem));
+        causes.push_back(invalid_value(controller_field, go_quote(controller), problem));
     }
     length("reportingInstance", 128, true);
     length("action", 128, true);
@@ -303,8 +283,8 @@ void validate_rules(const json& object, bool namespaced, std::vector<FieldCause>
 }
 
 std::string go_role_ref(const json& ref) {
-  return "rbac.RoleRef{APIGroup:" + quoted(text_at(ref, "apiGroup")) + ", Kind:" + quoted(text_at(ref, "kind")) +
-         ", Name:" + quoted(text_at(ref, "name")) + "}";
+  return "rbac.RoleRef{APIGroup:" + go_quote(text_at(ref, "apiGroup")) + ", Kind:" + go_quote(text_at(ref, "kind")) +
+         ", Name:" + go_quote(text_at(ref, "name")) + "}";
 }
 
 void validate_binding(const json& object, const json* existing, bool cluster, std::vector<FieldCause>& causes) {

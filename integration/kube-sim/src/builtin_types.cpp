@@ -11,15 +11,6 @@ using nlohmann::json;
 
 namespace {
 
-PrinterColumn age_column() {
-  return {"Age",
-          "date",
-          "",
-          "CreationTimestamp is a timestamp representing the server time when this object was created.",
-          ".metadata.creationTimestamp",
-          0};
-}
-
 // RBAC objects and CRDs print their creation time as an RFC 3339 timestamp,
 // not as an age.
 PrinterColumn created_at_column() {

@@ -1,5 +1,7 @@
 #include "k8s4r/kube_sim/object_meta_validation.h"
 
+#include "go_text.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -74,44 +76,8 @@ bool is_qualified_part(const std::string& text) {
   return true;
 }
 
-// Go's %q for the strings these messages quote.
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (char raw : text) {
-    const auto c = static_cast<unsigned char>(raw);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20 || c == 0x7f) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
-      out += escaped;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
 FieldCause invalid_value(const std::string& field, const std::string& shown_value, const std::string& detail) {
   return {"FieldValueInvalid", "Invalid value: " + shown_value + ": " + detail, field};
-}
-
-// The JSON type names encoding/json uses in "cannot unmarshal X".
-std::string json_kind(const json& value) {
-  if (value.is_array()) return "array";
-  if (value.is_object()) return "object";
-  if (value.is_string()) return "string";
-  if (value.is_boolean()) return "bool";
-  return "number";
-}
-
-std::string unmarshal_error(const json& value, const std::string& field_path, const std::string& go_type) {
-  return "json: cannot unmarshal " + json_kind(value) + " into Go struct field " + field_path + " of type " + go_type;
 }
 
 std::string go_bool_pointer(const json& value) {
@@ -124,9 +90,9 @@ std::string go_owner_references(const json& references) {
   for (const json& reference : references) {
     if (!reference.is_object()) continue;
     text += std::string(first ? "" : ", ") +
-            "v1.OwnerReference{APIVersion:" + quoted(reference.value("apiVersion", "")) +
-            ", Kind:" + quoted(reference.value("kind", "")) + ", Name:" + quoted(reference.value("name", "")) +
-            ", UID:" + quoted(reference.value("uid", "")) +
+            "v1.OwnerReference{APIVersion:" + go_quote(reference.value("apiVersion", "")) +
+            ", Kind:" + go_quote(reference.value("kind", "")) + ", Name:" + go_quote(reference.value("name", "")) +
+            ", UID:" + go_quote(reference.value("uid", "")) +
             ", Controller:" + go_bool_pointer(reference.value("controller", json())) +
             ", BlockOwnerDeletion:" + go_bool_pointer(reference.value("blockOwnerDeletion", json())) + "}";
     first = false;
@@ -253,14 +219,14 @@ std::vector<FieldCause> validate_object_meta(const json& metadata, const MetaRul
     std::string masked = prefix;
     if (masked.size() > 1 && masked.back() == '-') masked = masked.substr(0, masked.size() - 2) + "a";
     for (const std::string& problem : name_problems(masked, rules.name))
-      causes.push_back(invalid_value("metadata.generateName", quoted(prefix), problem));
+      causes.push_back(invalid_value("metadata.generateName", go_quote(prefix), problem));
   }
   const std::string name = text("name");
   if (name.empty()) {
     causes.push_back({"FieldValueRequired", "Required value: name or generateName is required", "metadata.name"});
   } else {
     for (const std::string& problem : name_problems(name, rules.name))
-      causes.push_back(invalid_value("metadata.name", quoted(name), problem));
+      causes.push_back(invalid_value("metadata.name", go_quote(name), problem));
   }
   if (metadata.contains("generation") && metadata["generation"].is_number_integer() &&
       metadata["generation"].get<std::int64_t>() < 0) {
@@ -270,12 +236,12 @@ std::vector<FieldCause> validate_object_meta(const json& metadata, const MetaRul
   if (metadata.contains("labels") && metadata["labels"].is_object()) {
     for (const auto& [key, value] : metadata["labels"].items()) {
       for (const std::string& problem : qualified_name_problems(key))
-        causes.push_back(invalid_value("metadata.labels", quoted(key), problem));
+        causes.push_back(invalid_value("metadata.labels", go_quote(key), problem));
       const std::string label = value.is_string() ? value.get<std::string>() : "";
       if (label.size() > 63)
-        causes.push_back(invalid_value("metadata.labels", quoted(label), "must be no more than 63 characters"));
+        causes.push_back(invalid_value("metadata.labels", go_quote(label), "must be no more than 63 characters"));
       if (!label.empty() && !is_qualified_part(label))
-        causes.push_back(invalid_value("metadata.labels", quoted(label), kLabelValueMessage));
+        causes.push_back(invalid_value("metadata.labels", go_quote(label), kLabelValueMessage));
     }
   }
   if (metadata.contains("annotations") && metadata["annotations"].is_object()) {
@@ -284,7 +250,7 @@ std::vector<FieldCause> validate_object_meta(const json& metadata, const MetaRul
       std::string lowered = key;
       for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       for (const std::string& problem : qualified_name_problems(lowered))
-        causes.push_back(invalid_value("metadata.annotations", quoted(key), problem));
+        causes.push_back(invalid_value("metadata.annotations", go_quote(key), problem));
       total += key.size() + (value.is_string() ? value.get<std::string>().size() : 0);
     }
     if (total > kAnnotationsLimit) {
@@ -306,7 +272,7 @@ std::vector<FieldCause> validate_object_meta(const json& metadata, const MetaRul
               : (api_version.find('/', slash + 1) == std::string::npos ? api_version.substr(slash + 1) : "");
       if (version.empty())
         causes.push_back(
-            invalid_value("metadata.ownerReferences.apiVersion", quoted(api_version), "version must not be empty"));
+            invalid_value("metadata.ownerReferences.apiVersion", go_quote(api_version), "version must not be empty"));
       if (reference.value("kind", "").empty())
         causes.push_back(invalid_value("metadata.ownerReferences.kind", "\"\"", "kind must not be empty"));
       if (reference.value("name", "").empty())
@@ -336,19 +302,19 @@ std::vector<FieldCause> validate_object_meta(const json& metadata, const MetaRul
     for (std::size_t i = 0; i < finalizers.size(); ++i) {
       const std::string finalizer = finalizers[i].is_string() ? finalizers[i].get<std::string>() : "";
       for (const std::string& problem : qualified_name_problems(finalizer))
-        causes.push_back(invalid_value("metadata.finalizers", quoted(finalizer), problem));
+        causes.push_back(invalid_value("metadata.finalizers", go_quote(finalizer), problem));
       orphan = orphan || finalizer == "orphan";
       foreground = foreground || finalizer == "foregroundDeletion";
       if (rules.standard_finalizers_only && finalizer.find('/') == std::string::npos &&
           !kStandardFinalizers.count(finalizer)) {
-        causes.push_back(invalid_value("metadata.finalizers[" + std::to_string(i) + "]", quoted(finalizer),
+        causes.push_back(invalid_value("metadata.finalizers[" + std::to_string(i) + "]", go_quote(finalizer),
                                        "name is neither a standard finalizer name nor is it fully qualified"));
       }
     }
     if (orphan && foreground) {
       std::string listed = "[]string{";
       for (std::size_t i = 0; i < finalizers.size(); ++i)
-        listed += (i ? ", " : "") + quoted(finalizers[i].is_string() ? finalizers[i].get<std::string>() : "");
+        listed += (i ? ", " : "") + go_quote(finalizers[i].is_string() ? finalizers[i].get<std::string>() : "");
       causes.push_back(invalid_value("metadata.finalizers", listed + "}",
                                      "finalizer orphan and foregroundDeletion cannot be both set"));
     }
@@ -361,10 +327,10 @@ std::vector<FieldCause> validate_object_meta(const json& metadata, const MetaRul
       const std::string at = "metadata.managedFields[" + std::to_string(i) + "]";
       const std::string operation = entry.value("operation", "");
       if (operation != "Apply" && operation != "Update")
-        causes.push_back(invalid_value(at + ".operation", quoted(operation), "must be `Apply` or `Update`"));
+        causes.push_back(invalid_value(at + ".operation", go_quote(operation), "must be `Apply` or `Update`"));
       const std::string fields_type = entry.value("fieldsType", "");
       if (fields_type != "FieldsV1")
-        causes.push_back(invalid_value(at + ".fieldsType", quoted(fields_type), "must be `FieldsV1`"));
+        causes.push_back(invalid_value(at + ".fieldsType", go_quote(fields_type), "must be `FieldsV1`"));
       if (entry.value("manager", "").size() > 128)
         causes.push_back({"FieldValueTooLong", "Too long: may not be more than 128 bytes", at + ".manager"});
     }
@@ -406,7 +372,7 @@ std::vector<std::string> finalizer_warnings(const json& metadata, const json* ol
     const std::string finalizer = item.get<std::string>();
     if (existing.count(finalizer) || kStandardFinalizers.count(finalizer)) continue;
     if (finalizer.find('/') != std::string::npos) continue;
-    warnings.push_back("metadata.finalizers: " + quoted(finalizer) +
+    warnings.push_back("metadata.finalizers: " + go_quote(finalizer) +
                        (finalizer.find('.') != std::string::npos
                             ? ": prefer a domain-qualified finalizer name including a path (/) to avoid accidental "
                               "conflicts with other finalizer writers"

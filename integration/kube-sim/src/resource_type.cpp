@@ -11,15 +11,6 @@ using nlohmann::json;
 
 namespace {
 
-PrinterColumn age_column() {
-  return {"Age",
-          "date",
-          "",
-          "CreationTimestamp is a timestamp representing the server time when this object was created.",
-          ".metadata.creationTimestamp",
-          0};
-}
-
 bool dns_subdomain(const std::string& text) {
   if (text.empty() || text.size() > 253) return false;
   return std::all_of(text.begin(), text.end(),
@@ -42,6 +33,15 @@ std::vector<std::string> strings(const json& list) {
 }
 
 }  // namespace
+
+PrinterColumn age_column() {
+  return {"Age",
+          "date",
+          "",
+          "CreationTimestamp is a timestamp representing the server time when this object was created.",
+          ".metadata.creationTimestamp",
+          0};
+}
 
 std::vector<ResourceType> types_from_crd(const json& crd, std::vector<CrdProblem>& problems) {
   const auto problem = [&](std::string field, std::string message, std::string reason = "FieldValueInvalid") {

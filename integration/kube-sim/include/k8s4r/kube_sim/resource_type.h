@@ -63,6 +63,9 @@ struct ResourceType {
 
 std::vector<ResourceType> builtin_types();
 
+// The Age column tables get when nothing else is declared.
+PrinterColumn age_column();
+
 // The served types a CRD defines (one per served version), or why the CRD is
 // invalid, as 422 field errors ("spec.names.plural: Required value").
 struct CrdProblem {
