@@ -17,7 +17,8 @@ struct Shape {
   enum class Type { string, integer, boolean, object, array, string_map, any } type = Type::any;
   std::string go_type;      // as the error names it: "string", "int32", "[]v1.PolicyRule", "v1.RoleRef"
   std::string struct_name;  // objects: "PolicyRule"
-  std::vector<std::pair<std::string, Shape>> fields;
+  // Objects' fields; behind a pointer, as a Shape holds Shapes.
+  std::shared_ptr<const std::vector<std::pair<std::string, Shape>>> fields;
   std::shared_ptr<Shape> items;  // arrays
 };
 
@@ -26,7 +27,8 @@ Shape integer(const char* go_type = "int32") { return {Shape::Type::integer, go_
 Shape boolean() { return {Shape::Type::boolean, "bool", "", {}, nullptr}; }
 Shape string_map() { return {Shape::Type::string_map, "map[string]string", "", {}, nullptr}; }
 Shape object(std::string go_struct, std::vector<std::pair<std::string, Shape>> fields) {
-  return {Shape::Type::object, "v1." + go_struct, go_struct, std::move(fields), nullptr};
+  return {Shape::Type::object, "v1." + go_struct, go_struct,
+          std::make_shared<const std::vector<std::pair<std::string, Shape>>>(std::move(fields)), nullptr};
 }
 Shape array(Shape item) {
   Shape shape{Shape::Type::array, "[]" + item.go_type, "", {}, nullptr};
@@ -72,7 +74,7 @@ std::optional<std::string> check(const json& value, const Shape& shape, const st
       return std::nullopt;
     case Shape::Type::object:
       if (!value.is_object()) return wrong();
-      for (const auto& [name, field] : shape.fields) {
+      for (const auto& [name, field] : *shape.fields) {
         if (!value.contains(name)) continue;
         if (auto error = check(value[name], field, shape.struct_name, path + "." + name)) return error;
       }
