@@ -20,26 +20,9 @@ namespace {
 
 const std::vector<std::string> kPublicPaths = {"/version", "/version/", "/healthz", "/livez", "/readyz"};
 
-std::vector<std::string> split_path(const std::string& path) {
-  std::vector<std::string> segments;
-  std::size_t start = 0;
-  while (start < path.size()) {
-    std::size_t slash = path.find('/', start);
-    if (slash == std::string::npos) slash = path.size();
-    if (slash > start) segments.push_back(path.substr(start, slash - start));
-    start = slash + 1;
-  }
-  return segments;
-}
-
 // Go's strconv.ParseBool as the API reads query booleans: "0" and "false" are
 // false, anything else (even empty) true.
-bool query_bool(const std::string& value) {
-  std::string lowered = value;
-  std::transform(lowered.begin(), lowered.end(), lowered.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return !(value == "0" || lowered == "false");
-}
+bool query_bool(const std::string& value) { return !(value == "0" || lowercase(value) == "false"); }
 
 // strconv.ParseInt(s, 10, 64), with its error text.
 std::variant<std::int64_t, std::string> parse_int64(const std::string& text) {

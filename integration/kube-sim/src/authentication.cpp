@@ -2,6 +2,8 @@
 
 #include "k8s4r/common/base64.h"
 
+#include "store_util.h"
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -34,20 +36,6 @@ std::string random_bytes(std::size_t count) {
     for (char& byte : bytes) byte = static_cast<char>(device() & 0xFFu);
   }
   return bytes;
-}
-
-std::string random_uuid() {
-  std::string bytes = random_bytes(16);
-  bytes[6] = static_cast<char>((static_cast<unsigned char>(bytes[6]) & 0x0Fu) | 0x40u);
-  bytes[8] = static_cast<char>((static_cast<unsigned char>(bytes[8]) & 0x3Fu) | 0x80u);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string text;
-  for (std::size_t i = 0; i < bytes.size(); ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) text += '-';
-    text += kHex[(static_cast<unsigned char>(bytes[i]) >> 4) & 0xF];
-    text += kHex[static_cast<unsigned char>(bytes[i]) & 0xF];
-  }
-  return text;
 }
 
 std::vector<std::string> split(const std::string& text, char separator) {
@@ -149,9 +137,7 @@ Result<UserInfo> Authenticator::authenticate(const std::string& authorization,
                                              const std::optional<ClientCertificate>& cert) const {
   // "Bearer <token>": the scheme is case-insensitive; anything else is no credentials.
   const std::size_t space = authorization.find(' ');
-  std::string scheme = authorization.substr(0, space);
-  std::transform(scheme.begin(), scheme.end(), scheme.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string scheme = lowercase(authorization.substr(0, space));
   if (space != std::string::npos && scheme == "bearer") {
     const std::string token = authorization.substr(space + 1);
     if (!token.empty()) {
@@ -188,7 +174,7 @@ Authenticator::IssuedToken Authenticator::issue_token(const std::string& namespa
       {"exp", issued + seconds},
       {"iat", issued},
       {"iss", options_.issuer},
-      {"jti", random_uuid()},
+      {"jti", random_uid()},
       {"kubernetes.io", {{"namespace", namespace_}, {"serviceaccount", {{"name", name}, {"uid", uid}}}}},
       {"nbf", issued},
       {"sub", kServiceAccountPrefix + namespace_ + ":" + name}};

@@ -4,6 +4,7 @@
 
 #include "builtin_shapes.h"
 #include "go_text.h"
+#include "store_util.h"
 
 #include <algorithm>
 #include <cctype>
@@ -30,15 +31,6 @@ std::optional<std::size_t> base64_error_at(const std::string& text) {
   if (i < text.size()) return i;
   if (text.size() % 4 != 0 || !base64_decode(text)) return text.size();
   return std::nullopt;
-}
-
-const json& field_or_empty(const json& object, const char* key) {
-  static const json empty = json::object();
-  return object.contains(key) && object[key].is_object() ? object[key] : empty;
-}
-
-std::string text_at(const json& object, const char* key) {
-  return object.contains(key) && object[key].is_string() ? object[key].get<std::string>() : "";
 }
 
 FieldCause required(const std::string& field, const std::string& detail = "") {
@@ -146,10 +138,10 @@ void immutable_data(const json& object, const json* existing, const std::vector<
 }
 
 void validate_secret(const json& object, const json* existing, std::vector<FieldCause>& causes) {
-  const json& data = field_or_empty(object, "data");
+  const json& data = object_at(object, "data");
   check_keys(data, "data", causes);
   if (decoded_size(data) > kMaxSecretSize) causes.push_back(too_long("data", kMaxSecretSize));
-  const std::string type = text_at(object, "type");
+  const std::string type = string_at(object, "type");
   if (type == "kubernetes.io/tls") {
     for (const char* key : {"tls.crt", "tls.key"}) {
       if (!data.contains(key)) causes.push_back(required(std::string("data[") + key + "]"));
@@ -157,21 +149,20 @@ void validate_secret(const json& object, const json* existing, std::vector<Field
   } else if (type == "kubernetes.io/dockerconfigjson" && !data.contains(".dockerconfigjson")) {
     causes.push_back(required("data[.dockerconfigjson]"));
   } else if (type == "kubernetes.io/service-account-token" &&
-             text_at(field_or_empty(field_or_empty(object, "metadata"), "annotations"),
-                     "kubernetes.io/service-account.name")
+             string_at(object_at(object_at(object, "metadata"), "annotations"), "kubernetes.io/service-account.name")
                  .empty()) {
     causes.push_back(required("metadata.annotations[kubernetes.io/service-account.name]"));
   }
   if (existing != nullptr) {
-    const std::string old_type = text_at(*existing, "type");
+    const std::string old_type = string_at(*existing, "type");
     if (old_type != type) causes.push_back(invalid_value("type", go_quote(type), "field is immutable"));
     immutable_data(object, existing, {"data"}, causes);
   }
 }
 
 void validate_config_map(const json& object, const json* existing, std::vector<FieldCause>& causes) {
-  const json& data = field_or_empty(object, "data");
-  const json& binary = field_or_empty(object, "binaryData");
+  const json& data = object_at(object, "data");
+  const json& binary = object_at(object, "binaryData");
   check_keys(data, "data", causes);
   check_keys(binary, "binaryData", causes);
   std::size_t total = decoded_size(binary);
@@ -185,7 +176,7 @@ void validate_config_map(const json& object, const json* existing, std::vector<F
 }
 
 void validate_namespace(const json& object, std::vector<FieldCause>& causes) {
-  const json& spec = field_or_empty(object, "spec");
+  const json& spec = object_at(object, "spec");
   if (!spec.contains("finalizers") || !spec["finalizers"].is_array()) return;
   for (const json& item : spec["finalizers"]) {
     const std::string finalizer = item.is_string() ? item.get<std::string>() : "";
@@ -198,14 +189,14 @@ void validate_namespace(const json& object, std::vector<FieldCause>& causes) {
 }
 
 void validate_event(const ResourceType& request, const json& object, std::vector<FieldCause>& causes) {
-  const json& metadata = field_or_empty(object, "metadata");
-  const std::string namespace_ = text_at(metadata, "namespace");
-  const json& involved = field_or_empty(object, "involvedObject");
-  const std::string involved_namespace = text_at(involved, "namespace");
+  const json& metadata = object_at(object, "metadata");
+  const std::string namespace_ = string_at(metadata, "namespace");
+  const json& involved = object_at(object, "involvedObject");
+  const std::string involved_namespace = string_at(involved, "namespace");
   const bool core = request.group.empty();
   const bool has_event_time = object.contains("eventTime") && !object["eventTime"].is_null();
   const auto length = [&](const char* field, std::size_t limit, bool needed) {
-    const std::string value = text_at(object, field);
+    const std::string value = string_at(object, field);
     if (needed && value.empty()) causes.push_back(required(field));
     if (value.size() > limit)
       causes.push_back(invalid_value(field, "\"\"", "can have at most " + std::to_string(limit) + " characters"));
@@ -220,7 +211,7 @@ void validate_event(const ResourceType& request, const json& object, std::vector
     if (involved_namespace.empty() && namespace_ != "default" && namespace_ != "kube-system")
       causes.push_back(
           invalid_value("involvedObject.namespace", go_quote(involved_namespace), "does not match event.namespace"));
-    const std::string controller = text_at(object, "reportingComponent");
+    const std::string controller = string_at(object, "reportingComponent");
     const std::string controller_field = core ? "reportingComponent" : "reportingController";
     if (controller.empty()) {
       causes.push_back(required(controller_field));
@@ -232,12 +223,12 @@ void validate_event(const ResourceType& request, const json& object, std::vector
     length("action", 128, true);
     length("reason", 128, true);
   }
-  if (text_at(object, "message").size() > 1024)
+  if (string_at(object, "message").size() > 1024)
     causes.push_back(invalid_value("message", "\"\"", "can have at most 1024 characters"));
   if (core) return;
   // events.k8s.io/v1 is strict.
   if (!has_event_time) causes.push_back(required("eventTime"));
-  const std::string type = text_at(object, "type");
+  const std::string type = string_at(object, "type");
   if (type != "Normal" && type != "Warning")
     causes.push_back(invalid_value("type", "\"\"", "has invalid value: " + type));
   if (object.contains("series") && object["series"].is_object()) {
@@ -283,50 +274,50 @@ void validate_rules(const json& object, bool namespaced, std::vector<FieldCause>
 }
 
 std::string go_role_ref(const json& ref) {
-  return "rbac.RoleRef{APIGroup:" + go_quote(text_at(ref, "apiGroup")) + ", Kind:" + go_quote(text_at(ref, "kind")) +
-         ", Name:" + go_quote(text_at(ref, "name")) + "}";
+  return "rbac.RoleRef{APIGroup:" + go_quote(string_at(ref, "apiGroup")) +
+         ", Kind:" + go_quote(string_at(ref, "kind")) + ", Name:" + go_quote(string_at(ref, "name")) + "}";
 }
 
 void validate_binding(const json& object, const json* existing, bool cluster, std::vector<FieldCause>& causes) {
-  const json& ref = field_or_empty(object, "roleRef");
-  const std::string group = text_at(ref, "apiGroup");
+  const json& ref = object_at(object, "roleRef");
+  const std::string group = string_at(ref, "apiGroup");
   if (group != kRbacGroup) causes.push_back(not_supported("roleRef.apiGroup", group, {kRbacGroup}));
-  const std::string kind = text_at(ref, "kind");
+  const std::string kind = string_at(ref, "kind");
   if (cluster && kind != "ClusterRole") {
     causes.push_back(not_supported("roleRef.kind", kind, {"ClusterRole"}));
   } else if (!cluster && kind != "Role" && kind != "ClusterRole") {
     causes.push_back(not_supported("roleRef.kind", kind, {"Role", "ClusterRole"}));
   }
-  if (text_at(ref, "name").empty()) causes.push_back(required("roleRef.name"));
+  if (string_at(ref, "name").empty()) causes.push_back(required("roleRef.name"));
   const json subjects =
       object.contains("subjects") && object["subjects"].is_array() ? object["subjects"] : json::array();
   for (std::size_t i = 0; i < subjects.size(); ++i) {
     const json& subject = subjects[i];
     const std::string at = "subjects[" + std::to_string(i) + "]";
-    if (text_at(subject, "name").empty()) causes.push_back(required(at + ".name"));
-    const std::string subject_kind = text_at(subject, "kind");
-    const std::string api_group = text_at(subject, "apiGroup");
+    if (string_at(subject, "name").empty()) causes.push_back(required(at + ".name"));
+    const std::string subject_kind = string_at(subject, "kind");
+    const std::string api_group = string_at(subject, "apiGroup");
     if (subject_kind == "ServiceAccount") {
       if (!api_group.empty()) causes.push_back(not_supported(at + ".apiGroup", api_group, {""}));
-      if (cluster && text_at(subject, "namespace").empty()) causes.push_back(required(at + ".namespace"));
+      if (cluster && string_at(subject, "namespace").empty()) causes.push_back(required(at + ".namespace"));
     } else if (subject_kind == "User" || subject_kind == "Group") {
       if (api_group != kRbacGroup) causes.push_back(not_supported(at + ".apiGroup", api_group, {kRbacGroup}));
     } else {
       causes.push_back(not_supported(at + ".kind", subject_kind, {"ServiceAccount", "User", "Group"}));
     }
   }
-  if (existing != nullptr && field_or_empty(*existing, "roleRef") != ref)
+  if (existing != nullptr && object_at(*existing, "roleRef") != ref)
     causes.push_back(invalid_value("roleRef", go_role_ref(ref), "cannot change roleRef"));
 }
 
 void default_binding(json& object) {
-  if (object.contains("roleRef") && object["roleRef"].is_object() && text_at(object["roleRef"], "apiGroup").empty())
+  if (object.contains("roleRef") && object["roleRef"].is_object() && string_at(object["roleRef"], "apiGroup").empty())
     object["roleRef"]["apiGroup"] = kRbacGroup;
   if (!object.contains("subjects") || !object["subjects"].is_array()) return;
   for (json& subject : object["subjects"]) {
     if (!subject.is_object()) continue;
-    const std::string kind = text_at(subject, "kind");
-    if ((kind == "User" || kind == "Group") && text_at(subject, "apiGroup").empty()) subject["apiGroup"] = kRbacGroup;
+    const std::string kind = string_at(subject, "kind");
+    if ((kind == "User" || kind == "Group") && string_at(subject, "apiGroup").empty()) subject["apiGroup"] = kRbacGroup;
   }
 }
 
@@ -346,10 +337,7 @@ void crd_status(json& object, Timestamp now) {
   const json names = object["spec"].value("names", json::object());
   json accepted = names;
   if (!accepted.contains("singular")) {
-    std::string singular = names.value("kind", "");
-    std::transform(singular.begin(), singular.end(), singular.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    accepted["singular"] = singular;
+    accepted["singular"] = lowercase(string_at(names, "kind"));
   }
   if (!accepted.contains("listKind")) accepted["listKind"] = names.value("kind", "") + "List";
   const std::string time = format_rfc3339(now);
@@ -407,7 +395,7 @@ std::optional<std::string> builtin_decode_error(const ResourceType& request, con
 void prepare_for_create(const ResourceType& request, json& object, Timestamp now) {
   if (is(request, "", "secrets")) {
     fold_string_data(object);
-    if (text_at(object, "type").empty()) object["type"] = "Opaque";
+    if (string_at(object, "type").empty()) object["type"] = "Opaque";
   } else if (is(request, "", "namespaces")) {
     object["status"] = {{"phase", "Active"}};
     json& spec = object["spec"];
@@ -424,23 +412,23 @@ void prepare_for_create(const ResourceType& request, json& object, Timestamp now
   if (is(request, "", "namespaces")) {
     json& metadata = object["metadata"];
     if (!metadata.contains("labels") || !metadata["labels"].is_object()) metadata["labels"] = json::object();
-    metadata["labels"]["kubernetes.io/metadata.name"] = text_at(metadata, "name");
+    metadata["labels"]["kubernetes.io/metadata.name"] = string_at(metadata, "name");
   }
 }
 
 void prepare_for_update(const ResourceType& request, json& object, const json& existing) {
   if (is(request, "", "secrets")) {
     fold_string_data(object);
-    if (text_at(object, "type").empty())
-      object["type"] = text_at(existing, "type").empty() ? "Opaque" : existing["type"];
+    if (string_at(object, "type").empty())
+      object["type"] = string_at(existing, "type").empty() ? "Opaque" : existing["type"];
   } else if (is(request, "", "namespaces")) {
     // spec.finalizers changes only through /finalize.
-    const json old_finalizers = field_or_empty(existing, "spec").value("finalizers", json::array());
+    const json old_finalizers = object_at(existing, "spec").value("finalizers", json::array());
     if (!object.contains("spec") || !object["spec"].is_object()) object["spec"] = json::object();
     object["spec"]["finalizers"] = old_finalizers;
     json& metadata = object["metadata"];
     if (!metadata.contains("labels") || !metadata["labels"].is_object()) metadata["labels"] = json::object();
-    metadata["labels"]["kubernetes.io/metadata.name"] = text_at(metadata, "name");
+    metadata["labels"]["kubernetes.io/metadata.name"] = string_at(metadata, "name");
   } else if (request.group == kRbacGroup &&
              (request.plural == "rolebindings" || request.plural == "clusterrolebindings")) {
     default_binding(object);

@@ -2,6 +2,8 @@
 // and table columns kube-apiserver 1.32 gives them.
 #include "k8s4r/kube_sim/resource_type.h"
 
+#include "store_util.h"
+
 #include <algorithm>
 #include <cctype>
 
@@ -58,12 +60,6 @@ std::vector<PrinterColumn> binding_columns() {
           subjects("ServiceAccounts", "ServiceAccount")};
 }
 
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-
 // Event columns read from either shape: core/v1 (involvedObject, message,
 // lastTimestamp) or events.k8s.io/v1 (regarding, note, deprecatedLastTimestamp).
 std::vector<PrinterColumn> event_columns(bool core) {
@@ -80,7 +76,7 @@ std::vector<PrinterColumn> event_columns(bool core) {
   PrinterColumn object_column{"Object", "string", "", "", "", 0};
   object_column.compute = [regarding](const json& object) -> json {
     const json& ref = object.value(regarding, json::object());
-    return lower(ref.value("kind", "")) + "/" + ref.value("name", "");
+    return lowercase(ref.value("kind", "")) + "/" + ref.value("name", "");
   };
   return {last_seen,
           {"Type", "string", "", "", ".type", 0},

@@ -1,6 +1,7 @@
 #include "k8s4r/kube_sim/object_meta_validation.h"
 
 #include "go_text.h"
+#include "store_util.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -247,9 +248,7 @@ std::vector<FieldCause> validate_object_meta(const json& metadata, const MetaRul
   if (metadata.contains("annotations") && metadata["annotations"].is_object()) {
     std::size_t total = 0;
     for (const auto& [key, value] : metadata["annotations"].items()) {
-      std::string lowered = key;
-      for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      for (const std::string& problem : qualified_name_problems(lowered))
+      for (const std::string& problem : qualified_name_problems(lowercase(key)))
         causes.push_back(invalid_value("metadata.annotations", go_quote(key), problem));
       total += key.size() + (value.is_string() ? value.get<std::string>().size() : 0);
     }

@@ -10,29 +10,6 @@ using nlohmann::json;
 
 namespace {
 
-const json& list_or_object(const json& object, const char* key) {
-  static const json empty = json::object();
-  return object.contains(key) && object[key].is_object() ? object[key] : empty;
-}
-
-std::vector<std::string> split_path(const std::string& path) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    std::size_t slash = path.find('/', start);
-    if (slash == std::string::npos) slash = path.size();
-    if (slash > start) parts.push_back(path.substr(start, slash - start));
-    start = slash + 1;
-  }
-  return parts;
-}
-
-std::string lower(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-
 std::vector<std::string> strings(const json& rule, const char* key) {
   std::vector<std::string> values;
   if (rule.is_object() && rule.contains(key) && rule[key].is_array()) {
@@ -147,7 +124,7 @@ RequestAttributes request_attributes(const std::string& method, const std::strin
                                      const std::multimap<std::string, std::string>& query) {
   RequestAttributes attributes;
   attributes.path = path;
-  attributes.verb = lower(method);
+  attributes.verb = lowercase(method);
   std::vector<std::string> parts = split_path(path);
   const auto param = [&](const char* key) -> std::optional<std::string> {
     auto it = query.find(key);
@@ -179,7 +156,7 @@ RequestAttributes request_attributes(const std::string& method, const std::strin
   if (rest.size() > 2) attributes.subresource = rest[2];
   if (attributes.name.empty() && attributes.verb == "get") {
     const auto watch = param("watch");
-    const bool watching = watch && *watch != "0" && lower(*watch) != "false";
+    const bool watching = watch && *watch != "0" && lowercase(*watch) != "false";
     attributes.verb = watching ? "watch" : "list";
   }
   if (attributes.name.empty() && attributes.verb == "delete") attributes.verb = "deletecollection";
@@ -223,8 +200,8 @@ void RbacAuthorizer::visit_rules(const UserInfo& user, const std::string& namesp
     auto rules = rules_of(binding, "");
     if (!rules) continue;
     const std::string source = "ClusterRoleBinding \"" + string_at(metadata_of(binding), "name") +
-                               "\" of ClusterRole \"" + string_at(list_or_object(binding, "roleRef"), "name") +
-                               "\" to " + *subject;
+                               "\" of ClusterRole \"" + string_at(object_at(binding, "roleRef"), "name") + "\" to " +
+                               *subject;
     for (const json& rule : *rules) {
       if (visit(rule, source)) return;
     }
@@ -236,8 +213,8 @@ void RbacAuthorizer::visit_rules(const UserInfo& user, const std::string& namesp
     auto rules = rules_of(binding, namespace_);
     if (!rules) continue;
     const std::string source = "RoleBinding \"" + string_at(metadata_of(binding), "name") + "/" + namespace_ +
-                               "\" of " + string_at(list_or_object(binding, "roleRef"), "kind") + " \"" +
-                               string_at(list_or_object(binding, "roleRef"), "name") + "\" to " + *subject;
+                               "\" of " + string_at(object_at(binding, "roleRef"), "kind") + " \"" +
+                               string_at(object_at(binding, "roleRef"), "name") + "\" to " + *subject;
     for (const json& rule : *rules) {
       if (visit(rule, source)) return;
     }

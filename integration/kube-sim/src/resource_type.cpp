@@ -1,6 +1,7 @@
 #include "k8s4r/kube_sim/resource_type.h"
 
 #include "k8s4r/kube_sim/schema.h"
+#include "store_util.h"
 
 #include <algorithm>
 #include <cctype>
@@ -97,9 +98,7 @@ std::vector<ResourceType> types_from_crd(const json& crd, std::vector<CrdProblem
     type.plural = plural;
     type.singular = names.value("singular", "");
     if (type.singular.empty()) {
-      type.singular = kind;
-      std::transform(type.singular.begin(), type.singular.end(), type.singular.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      type.singular = lowercase(kind);
     }
     type.kind = kind;
     type.list_kind = names.value("listKind", kind + "List");

@@ -30,9 +30,28 @@ std::string random_suffix() {
   return suffix;
 }
 
-const json& metadata_of(const json& object) {
+const json& object_at(const json& object, const char* key) {
   static const json empty = json::object();
-  return object.contains("metadata") && object["metadata"].is_object() ? object["metadata"] : empty;
+  return object.is_object() && object.contains(key) && object[key].is_object() ? object[key] : empty;
+}
+
+std::vector<std::string> split_path(std::string_view path) {
+  std::vector<std::string> segments;
+  std::size_t start = 0;
+  while (start < path.size()) {
+    std::size_t slash = path.find('/', start);
+    if (slash == std::string_view::npos) slash = path.size();
+    if (slash > start) segments.emplace_back(path.substr(start, slash - start));
+    start = slash + 1;
+  }
+  return segments;
+}
+
+std::string lowercase(std::string text) {
+  for (char& c : text) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return text;
 }
 
 std::string string_at(const json& object, const char* key) {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace k8s4r::kube_sim {
 
@@ -21,8 +22,10 @@ std::string random_uid();
 // Five characters from kube-apiserver's generateName alphabet (no vowels).
 std::string random_suffix();
 
+// object[key] when it is an object, else an empty object.
+const nlohmann::json& object_at(const nlohmann::json& object, const char* key);
 // object.metadata, or an empty object when absent or not an object.
-const nlohmann::json& metadata_of(const nlohmann::json& object);
+inline const nlohmann::json& metadata_of(const nlohmann::json& object) { return object_at(object, "metadata"); }
 // object[key] when it is a string, else "".
 std::string string_at(const nlohmann::json& object, const char* key);
 bool has_finalizers(const nlohmann::json& object);
@@ -45,6 +48,11 @@ constexpr std::size_t kMaxJsonDepth = 10000;
 // Whether `text` nests arrays and objects deeper than `limit` (brackets in
 // strings do not count). One pass, no allocation.
 bool json_nesting_exceeds(std::string_view text, std::size_t limit);
+
+// The non-empty segments of a URL path: "/api/v1/x" -> {"api", "v1", "x"}.
+std::vector<std::string> split_path(std::string_view path);
+// ASCII lower case.
+std::string lowercase(std::string text);
 
 // A resourceVersion: decimal digits that fit in 64 bits.
 std::optional<std::uint64_t> parse_version(const std::string& text);
