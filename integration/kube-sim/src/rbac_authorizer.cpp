@@ -248,17 +248,19 @@ std::vector<std::string> RbacAuthorizer::not_held(const UserInfo& user, const st
   if (!rules.is_array()) return missing;
   // Each requested rule in single atoms (verb, group, resource, name), each
   // of which some rule the user holds must allow, as rbac Covers does.
+  // The user's rules are read once (each read lists the bindings and looks
+  // their roles up); every atom is then checked against them in memory.
+  std::vector<json> held;
+  std::vector<std::string> errors;
+  visit_rules(
+      user, namespace_,
+      [&](const json& rule, const std::string&) {
+        held.push_back(rule);
+        return false;
+      },
+      errors);
   const auto holds = [&](const RequestAttributes& atom) {
-    bool allowed = false;
-    std::vector<std::string> errors;
-    visit_rules(
-        user, namespace_,
-        [&](const json& rule, const std::string&) {
-          allowed = rule_allows(atom, rule);
-          return allowed;
-        },
-        errors);
-    return allowed;
+    return std::any_of(held.begin(), held.end(), [&](const json& rule) { return rule_allows(atom, rule); });
   };
   for (const json& rule : rules) {
     bool covered = true;
