@@ -8,10 +8,17 @@ namespace {
 
 using nlohmann::json;
 
+void append_varint(std::string& out, std::size_t value) {
+  for (;; value >>= 7) {
+    out += static_cast<char>((value & 0x7Fu) | (value > 0x7F ? 0x80u : 0u));
+    if (value <= 0x7F) return;
+  }
+}
+
 std::string field(int number, const std::string& bytes) {
   std::string out;
-  out += static_cast<char>((number << 3) | 2);
-  out += static_cast<char>(bytes.size());  // every test message is shorter than 128 bytes
+  append_varint(out, static_cast<std::size_t>(number) << 3 | 2);
+  append_varint(out, bytes.size());
   return out + bytes;
 }
 
@@ -47,6 +54,18 @@ TEST(Protobuf, InvalidUtf8BecomesTheReplacementCharacter) {
   ASSERT_TRUE(result.object);
   EXPECT_EQ((*result.object)["metadata"]["name"], "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBDz");
   EXPECT_NO_THROW((void)result.object->dump());
+}
+
+TEST(Protobuf, RefusesManagedFieldsNestedPastTheJsonDepthLimit) {
+  // metadata.managedFields[0].fieldsV1 carries raw JSON.
+  const auto config_map = [](std::size_t depth) {
+    const std::string nested = std::string(depth, '[') + std::string(depth, ']');
+    return envelope("v1", "ConfigMap", field(1, field(1, "c") + field(17, field(7, field(1, nested)))));
+  };
+  const ProtobufResult shallow = decode_protobuf(config_map(100));
+  ASSERT_TRUE(shallow.object) << shallow.error;
+  EXPECT_TRUE((*shallow.object)["metadata"]["managedFields"][0]["fieldsV1"].is_array());
+  EXPECT_FALSE(decode_protobuf(config_map(10001)).object);
 }
 
 TEST(Protobuf, RefusesMalformedBodiesAndUnknownKinds) {

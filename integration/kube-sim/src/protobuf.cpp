@@ -1,5 +1,7 @@
 #include "k8s4r/kube_sim/protobuf.h"
 
+#include "store_util.h"
+
 #include "k8s4r/common/base64.h"
 #include "k8s4r/common/rfc3339.h"
 
@@ -344,6 +346,8 @@ std::optional<json> decode_value(const WireField& wire, const Field& field, int 
       if (!read_fields(wire.bytes, inner)) return std::nullopt;
       for (const WireField& raw : inner) {
         if (raw.number == 1 && raw.wire_type == 2) {
+          // Nested as deep as the JSON bodies may be, no deeper.
+          if (json_nesting_exceeds(raw.bytes, kMaxJsonDepth)) return std::nullopt;
           json parsed = json::parse(raw.bytes, nullptr, false);
           if (parsed.is_discarded()) return std::nullopt;
           return parsed;
