@@ -3,11 +3,13 @@
 #include "k8s4r/kube_sim/discovery.h"
 
 #include "k8s4r/kube_sim/protobuf.h"
+#include "go_text.h"
 #include "store_util.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -103,6 +105,30 @@ std::optional<ApiResponse> validate_write_options(const HttpRequest& request, co
            "Unsupported value: \"" + value + "\": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\"",
            "fieldValidation"});
   }
+  if (request.has_param("fieldManager")) {
+    // ValidateFieldManager: at most 128 bytes, printable characters only.
+    const std::string manager = request.param("fieldManager");
+    if (manager.size() > 128)
+      causes.push_back({"FieldValueTooLong", "Too long: may not be more than 128 bytes", "fieldManager"});
+    for (std::size_t i = 0; i < manager.size(); ++i) {
+      const auto c = static_cast<unsigned char>(manager[i]);
+      if (c < 0x20 || c == 0x7f) {
+        char code[16];
+        std::snprintf(code, sizeof code, "U+%04X", c);
+        causes.push_back({"FieldValueInvalid",
+                          "Invalid value: " + go_quote(manager) + ": invalid character " + code + " (at position " +
+                              std::to_string(i) + ")",
+                          "fieldManager"});
+      }
+    }
+  }
+  if (kind == "PatchOptions") {
+    const bool apply = request.header("Content-Type").rfind("application/apply-patch+yaml", 0) == 0;
+    if (apply && request.param("fieldManager").empty())
+      causes.push_back({"FieldValueRequired", "Required value: is required for apply patch", "fieldManager"});
+    if (!apply && request.has_param("force"))
+      causes.push_back({"FieldValueForbidden", "Forbidden: may not be specified for non-apply patch", "force"});
+  }
   for (auto [it, end] = request.query.equal_range("dryRun"); it != end; ++it) {
     if (it->second != "All") {
       causes.push_back({"FieldValueNotSupported",
@@ -112,6 +138,20 @@ std::optional<ApiResponse> validate_write_options(const HttpRequest& request, co
   }
   if (causes.empty()) return std::nullopt;
   return options_invalid(kind, causes);
+}
+
+// Who writes, for managedFields: ?fieldManager, else what the User-Agent
+// names before its first '/' (kubectl, curl, OpenAPI-Generator), printable
+// characters only and at most 128 bytes, as kube-apiserver takes it.
+std::string field_manager(const HttpRequest& request) {
+  if (request.has_param("fieldManager")) return request.param("fieldManager");
+  const std::string agent = request.header("User-Agent");
+  std::string manager;
+  for (char c : agent.substr(0, agent.find('/'))) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) manager += c;
+  }
+  return manager.substr(0, 128);
 }
 
 bool wants_table(const HttpRequest& request) { return request.header("Accept").find("as=Table") != std::string::npos; }
@@ -390,6 +430,8 @@ HandlerResult ApiHandler::resource_request(const HttpRequest& request, const Use
   WriteOptions write;
   write.dry_run = request.param("dryRun") == "All";
   write.field_validation = request.param("fieldValidation");
+  write.field_manager = field_manager(request);
+  write.force = request.has_param("force") && query_bool(request.param("force"));
 
   if (method == "GET") {
     const bool watching = watch_path || (request.has_param("watch") && query_bool(request.param("watch")));

@@ -136,6 +136,7 @@ ApiResponse Store::create_locked(const Target& target, json body, const WriteOpt
             "spec.group"}});
     }
   }
+  track_fields(target, body, nullptr, false, options);
   if (options.dry_run) return {201, for_version(body, type), warnings};
 
   auto stored = commit(*resource, key, std::make_shared<json>(std::move(body)), "ADDED");

@@ -26,12 +26,11 @@ json spec_part(const json& object) {
 }
 
 // The object without what the server sets on every write, to tell a no-op.
+// (managedFields count: they change only when a write changed something, or
+// when a client sets them on purpose.)
 json comparable(const json& object) {
   json copy = object;
-  if (copy.contains("metadata")) {
-    copy["metadata"].erase("resourceVersion");
-    copy["metadata"].erase("managedFields");
-  }
+  if (copy.contains("metadata")) copy["metadata"].erase("resourceVersion");
   return copy;
 }
 
@@ -123,6 +122,13 @@ ApiResponse Store::update_locked(const Target& target, const std::string& name, 
     } else {
       updated.erase("status");
     }
+    if (options.managed_fields_set) {  // an apply to /status computed them
+      if (metadata.contains("managedFields")) {
+        updated["metadata"]["managedFields"] = metadata["managedFields"];
+      } else {
+        updated["metadata"].erase("managedFields");
+      }
+    }
   } else {
     updated = std::move(body);
     updated["apiVersion"] = resource->storage_version;
@@ -177,6 +183,7 @@ ApiResponse Store::update_locked(const Target& target, const std::string& name, 
   if (old_metadata.contains("generation") && spec_part(updated) != spec_part(existing)) {
     updated["metadata"]["generation"] = old_metadata.value("generation", 1) + 1;
   }
+  track_fields(target, updated, &existing, status_subresource, options);
   if (comparable(updated) == comparable(existing)) return {200, for_version(existing, type), warnings};
   if (options.dry_run) return {200, updated, warnings};
 
@@ -196,9 +203,10 @@ ApiResponse Store::patch(const Target& target, const std::string& name, PatchTyp
                          bool status_subresource, const WriteOptions& options) {
   const ResourceType& type = target.type;
   if (patch_type == PatchType::apply) {
-    return unsupported_media_type(
-        "server-side apply (application/apply-patch+yaml) is not supported by k8s4r-kube-sim; use kubectl apply "
-        "without --server-side");
+    std::lock_guard lock(mutex_);
+    ApiResponse response = apply_locked(target, name, patch, status_subresource, options);
+    run_controllers_locked();
+    return response;
   }
   if (patch_type == PatchType::strategic && !type.builtin) {
     return unsupported_media_type(

@@ -59,7 +59,12 @@ struct ListOptions {
 struct WriteOptions {
   bool dry_run = false;
   std::string field_validation;  // Strict, Warn (default), Ignore
-  bool from_patch = false;       // set by Store::patch: errors are reported as a patch's
+  // Who writes, for metadata.managedFields: ?fieldManager, else the
+  // User-Agent's product ("" is recorded as "unknown").
+  std::string field_manager;
+  bool force = false;             // server-side apply: take conflicting fields
+  bool from_patch = false;        // set by Store::patch: errors are reported as a patch's
+  bool managed_fields_set = false;  // set by apply: the body's managedFields are final
 };
 
 enum class PatchType { merge, json, strategic, apply };
@@ -201,6 +206,14 @@ class Store {
   static std::optional<ApiResponse> decode_errors(const ResourceType& type, const nlohmann::json& body,
                                                   bool from_patch);
   ApiResponse create_locked(const Target& target, nlohmann::json body, const WriteOptions& options);
+  // Server-side apply (apply.cpp): merge, prune, conflicts; creates the
+  // object when it does not exist.
+  ApiResponse apply_locked(const Target& target, const std::string& name, const std::string& patch,
+                           bool status_subresource, const WriteOptions& options);
+  // metadata.managedFields of `object` after this write (managed_fields.h);
+  // `existing` null for a create.
+  void track_fields(const Target& target, nlohmann::json& object, const nlohmann::json* existing,
+                    bool status_subresource, const WriteOptions& options) const;
   ApiResponse update_locked(const Target& target, const std::string& name, nlohmann::json body, bool status_subresource,
                             const WriteOptions& options, bool from_patch);
   ApiResponse delete_locked(Resource& resource, const ResourceType& type, const std::string& namespace_,

@@ -1,0 +1,208 @@
+// Server-side apply (PATCH application/apply-patch+yaml) and the
+// metadata.managedFields every other write keeps: the Store's side of
+// managed_fields.h. An apply creates the object when it does not exist
+// (201), refuses with 409 and the conflicting fields unless forced, and
+// otherwise goes through the same update path (validation, admission,
+// no-op detection) as a PUT.
+#include "k8s4r/kube_sim/store.h"
+
+#include "managed_fields.h"
+#include "store_util.h"
+
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include <regex>
+#include <variant>
+
+namespace k8s4r::kube_sim {
+
+using nlohmann::json;
+
+namespace {
+
+// A YAML node as JSON, with YAML 1.1's plain-scalar types as sigs.k8s.io/yaml
+// reads them; quoted scalars stay strings.
+json yaml_to_json(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& item : node) out[item.first.as<std::string>()] = yaml_to_json(item.second);
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : node) out.push_back(yaml_to_json(item));
+      return out;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string text = node.Scalar();
+      // Quoted, or too long to be anything but a string (and std::regex
+      // recurses per character).
+      if (node.Tag() == "!" || text.size() > 64) return text;
+      static const std::regex null_text("~|null|Null|NULL|");
+      static const std::regex true_text("true|True|TRUE|yes|Yes|YES|on|On|ON");
+      static const std::regex false_text("false|False|FALSE|no|No|NO|off|Off|OFF");
+      static const std::regex integer("[-+]?(0|[1-9][0-9]*)");
+      static const std::regex number("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
+      if (std::regex_match(text, null_text)) return nullptr;
+      if (std::regex_match(text, true_text)) return true;
+      if (std::regex_match(text, false_text)) return false;
+      if (text.size() <= 19 && std::regex_match(text, integer)) return std::stoll(text);
+      if (std::regex_match(text, number)) return std::stod(text);
+      return text;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+// The body of an apply: JSON (what kubectl and client-go send) or YAML.
+std::variant<json, std::string> parse_apply_body(const std::string& text) {
+  if (json_nesting_exceeds(text, kMaxJsonDepth))
+    return "json: exceeded max depth of " + std::to_string(kMaxJsonDepth);
+  json body = json::parse(text, nullptr, false);
+  if (!body.is_discarded()) return body;
+  try {
+    // yaml-cpp refuses nesting past its own depth guard (DeepRecursion).
+    return yaml_to_json(YAML::Load(text));
+  } catch (const YAML::Exception& error) {
+    return "error converting YAML to JSON: yaml: line " + std::to_string(error.mark.line + 1) + ": " + error.msg;
+  } catch (const std::exception&) {
+    return std::string("error converting YAML to JSON: yaml: a value out of range");
+  }
+}
+
+// "group/version, Kind=Kind", as GroupVersionKind prints itself.
+std::string gvk_string(const std::string& api_version, const std::string& kind) {
+  const auto slash = api_version.find('/');
+  const std::string group = slash == std::string::npos ? "" : api_version.substr(0, slash);
+  const std::string version = slash == std::string::npos ? api_version : api_version.substr(slash + 1);
+  return group + "/" + version + ", Kind=" + kind;
+}
+
+FieldWriter writer_of(const ResourceType& type, const WriteOptions& options, bool status_subresource) {
+  return {options.field_manager, type.api_version(), status_subresource ? "status" : ""};
+}
+
+ManagedFields managed_of(const json& object) {
+  const json& metadata = metadata_of(object);
+  if (!metadata.contains("managedFields")) return {};
+  auto decoded = decode_managed_fields(metadata["managedFields"]);
+  return decoded ? std::move(decoded).value() : ManagedFields{};
+}
+
+void set_managed(json& object, const ManagedFields& managed) {
+  if (managed.empty()) {
+    object["metadata"].erase("managedFields");
+  } else {
+    object["metadata"]["managedFields"] = encode_managed_fields(managed);
+  }
+}
+
+}  // namespace
+
+void Store::track_fields(const Target& target, json& object, const json* existing, bool status_subresource,
+                         const WriteOptions& options) const {
+  if (options.managed_fields_set) return;
+  const ResourceType& type = target.type;
+  // The entries this write starts from: those the request sets on purpose
+  // (a non-empty, valid list on the main resource), none when it asks for a
+  // reset ([] or [{}]), else the live object's.
+  ManagedFields managed;
+  const json& metadata = metadata_of(object);
+  const bool reset = !status_subresource && resets_managed_fields(metadata);
+  bool from_request = false;
+  if (!status_subresource && !reset && metadata.contains("managedFields")) {
+    auto decoded = decode_managed_fields(metadata["managedFields"]);
+    if (decoded && !decoded.value().empty()) {
+      managed = std::move(decoded).value();
+      from_request = true;
+    }
+  }
+  if (!reset && !from_request && existing != nullptr) managed = managed_of(*existing);
+  auto tracked = track_update(apply_schema_for(type), existing, object, std::move(managed),
+                              writer_of(type, options, status_subresource),
+                              field_scope(type.status_subresource, status_subresource), format_rfc3339(clock_()));
+  if (!tracked) {
+    // As kube-apiserver's UpdateNoErrors: the write goes on, untracked.
+    spdlog::warn("managedFields of {} {} not tracked: {}", type.qualified_plural(),
+                 string_at(metadata, "name"), tracked.error().to_string());
+    object["metadata"].erase("managedFields");
+    return;
+  }
+  set_managed(object, tracked.value());
+}
+
+ApiResponse Store::apply_locked(const Target& target, const std::string& name, const std::string& patch,
+                                bool status_subresource, const WriteOptions& options) {
+  const ResourceType& type = target.type;
+  auto parsed = parse_apply_body(patch);
+  if (auto* error = std::get_if<std::string>(&parsed)) return bad_request("error decoding YAML: " + *error);
+  json config = std::get<json>(std::move(parsed));
+  if (!config.is_object()) {
+    return bad_request("error decoding YAML: json: cannot unmarshal " + std::string(config.is_array() ? "array" : "value") +
+                       " into Go value of type map[string]interface {}");
+  }
+  if (config.contains("metadata") && config["metadata"].is_object() && config["metadata"].contains("managedFields") &&
+      !config["metadata"]["managedFields"].is_null()) {
+    return bad_request("metadata.managedFields must be nil");
+  }
+  const std::string api_version = string_at(config, "apiVersion"), kind = string_at(config, "kind");
+  if (api_version != type.api_version() || kind != type.kind)
+    return bad_request("invalid object type: " + gvk_string(api_version, kind));
+  if (auto error = decode_errors(type, config, false)) return *error;
+  const json& metadata = metadata_of(config);
+  const std::string body_name = string_at(metadata, "name");
+  if (!body_name.empty() && body_name != name) {
+    return bad_request("the name of the object (" + body_name + ") does not match the name on the URL (" + name + ")");
+  }
+  const std::string namespace_ = type.namespaced ? target.namespace_ : "";
+  const std::string body_namespace = string_at(metadata, "namespace");
+  if (type.namespaced && !body_namespace.empty() && body_namespace != namespace_)
+    return bad_request("the namespace of the provided object does not match the namespace sent on the request");
+
+  Resource* resource = resource_of(type);
+  if (resource == nullptr) return not_found_path(type.key());
+  auto found = resource->objects.find(object_key(namespace_, name));
+  const bool exists = found != resource->objects.end();
+  if (!exists && status_subresource) return not_found(subject(type, name));
+  if (!exists && body_name.empty()) {
+    return bad_request("the name of the object (" + name +
+                       " based on URL) was undeterminable: name must be provided");
+  }
+  const json live = exists ? for_version(*found->second, type) : json::object();
+
+  ManagedFields managed = exists ? managed_of(live) : ManagedFields{};
+  auto applied = apply_config(apply_schema_for(type), live, config, managed, writer_of(type, options, status_subresource),
+                              options.force, field_scope(type.status_subresource, status_subresource),
+                              format_rfc3339(clock_()));
+  if (!applied) {
+    // 1.32 answers a configuration that does not fit the schema with a 500.
+    return {500,
+            status_body(500, "InternalError",
+                        "failed to create typed patch object (" + namespace_ + "/" + name + "; " +
+                            gvk_string(type.api_version(), type.kind) + "): " + applied.error().to_string()),
+            {}};
+  }
+  ApplyResult& result = applied.value();
+  if (!result.conflicts.empty()) {
+    return {409,
+            status_body(409, "Conflict", conflict_message(result.conflicts),
+                        json{{"causes", conflict_causes(result.conflicts)}}),
+            {}};
+  }
+  json object = std::move(result.object);
+  set_managed(object, result.managed);
+  WriteOptions apply_options = options;
+  apply_options.managed_fields_set = true;
+  apply_options.from_patch = true;
+  if (!exists) {
+    object["metadata"]["name"] = name;
+    if (type.namespaced) object["metadata"]["namespace"] = namespace_;
+    return create_locked(target, std::move(object), apply_options);
+  }
+  return update_locked(target, name, std::move(object), status_subresource, apply_options, true);
+}
+
+}  // namespace k8s4r::kube_sim
