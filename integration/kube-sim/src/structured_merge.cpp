@@ -75,7 +75,9 @@ Result<std::map<std::string, const json*>> index_items(const json* schema, Apply
 
 }  // namespace
 
-ApplySchema::ApplySchema(std::shared_ptr<const json> root, bool strict) : root_(std::move(root)), strict_(strict) {}
+ApplySchema::ApplySchema(std::shared_ptr<const json> root, bool strict)
+    // Without a schema the root is still told apart from deduced nodes.
+    : root_(root ? std::move(root) : std::make_shared<const json>(json::object())), strict_(strict) {}
 
 Result<ApplySchema::Child> ApplySchema::child(const json* schema, const std::string& key) const {
   const bool at_root = schema == root_.get();
@@ -85,8 +87,11 @@ Result<ApplySchema::Child> ApplySchema::child(const json* schema, const std::str
     if (key == "metadata") return Child{&object_meta_schema(), true};
   }
   if (schema == nullptr) return Child{nullptr, at_root};
-  const json& properties = schema->contains("properties") ? (*schema)["properties"] : json();
-  if (properties.is_object() && properties.contains(key)) return Child{&properties[key], true};
+  auto properties = schema->find("properties");
+  if (properties != schema->end() && properties->is_object()) {
+    auto field = properties->find(key);
+    if (field != properties->end()) return Child{&*field, true};
+  }
   if (schema->contains("additionalProperties")) {
     const json& additional = (*schema)["additionalProperties"];
     if (additional.is_object()) return Child{&additional, false};
