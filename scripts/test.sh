@@ -49,7 +49,7 @@ fi
 # Every parser of outside input under libFuzzer (clang, with ASan and UBSan),
 # for a bounded time each, from the examples the schemas ship.
 if [[ ${K8S4R_SKIP_FUZZ:-0} != 1 ]]; then
-  fuzzers=(fuzz_messages fuzz_kube_sim_protobuf fuzz_kube_sim_admission fuzz_kube_sim_requests)
+  fuzzers=(fuzz_messages fuzz_kube_sim_protobuf fuzz_kube_sim_admission fuzz_kube_sim_requests fuzz_kube_sim_apply)
   log "building in build-fuzz (clang, libFuzzer): ${fuzzers[*]}"
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
@@ -62,6 +62,8 @@ if [[ ${K8S4R_SKIP_FUZZ:-0} != 1 ]]; then
   for fuzzer in "${fuzzers[@]}"; do
     log "fuzzing: $fuzzer (${K8S4R_FUZZ_SECONDS:-20} s)"
     mkdir -p "$corpus/$fuzzer"
+    # Seeds a fuzzer needs beyond the schema examples live in fuzz/corpus/NAME.
+    [[ -d fuzz/corpus/${fuzzer#fuzz_} ]] && cp fuzz/corpus/"${fuzzer#fuzz_}"/* "$corpus/$fuzzer/"
     extra=()
     [[ -f fuzz/${fuzzer#fuzz_}.dict ]] && extra=(-dict="fuzz/${fuzzer#fuzz_}.dict")
     "$REPO_ROOT/build-fuzz/fuzz/$fuzzer" -max_total_time="${K8S4R_FUZZ_SECONDS:-20}" -max_len=65536 -timeout=10 \

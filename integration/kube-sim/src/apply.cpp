@@ -100,6 +100,37 @@ void set_managed(json& object, const ManagedFields& managed) {
   }
 }
 
+constexpr const char* kLastApplied = "kubectl.kubernetes.io/last-applied-configuration";
+
+// Whether every conflicting field holds, in the live object, the value
+// kubectl's client-side apply recorded for it.
+bool conflicts_are_last_applied(const json& live, const std::vector<FieldConflict>& conflicts) {
+  const json& annotations = object_at(metadata_of(live), "annotations");
+  const std::string recorded = string_at(annotations, kLastApplied);
+  if (recorded.empty() || json_nesting_exceeds(recorded, kMaxJsonDepth)) return false;
+  const json last_applied = json::parse(recorded, nullptr, false);
+  if (last_applied.is_discarded()) return false;
+  for (const FieldConflict& conflict : conflicts) {
+    const json* before = value_at(last_applied, conflict.path);
+    const json* now = value_at(live, conflict.path);
+    if (before == nullptr || now == nullptr || *before != *now) return false;
+  }
+  return true;
+}
+
+// After kubectl's server-side apply, an object that carries the client-side
+// annotation gets it rewritten to what was applied, so a later client-side
+// apply still knows what it set (lastappliedupdater.go).
+void keep_last_applied(json& object, json config) {
+  if (!object_at(metadata_of(object), "annotations").contains(kLastApplied)) return;
+  if (config.contains("metadata") && config["metadata"].is_object() && config["metadata"].contains("annotations") &&
+      config["metadata"]["annotations"].is_object()) {
+    config["metadata"]["annotations"].erase(kLastApplied);
+    if (config["metadata"]["annotations"].empty()) config["metadata"].erase("annotations");
+  }
+  object["metadata"]["annotations"][kLastApplied] = config.dump() + "\n";
+}
+
 }  // namespace
 
 void Store::track_fields(const Target& target, json& object, const json* existing, bool status_subresource,
@@ -185,6 +216,14 @@ ApiResponse Store::apply_locked(const Target& target, const std::string& name, c
                             gvk_string(type.api_version(), type.kind) + "): " + applied.error().to_string()),
             {}};
   }
+  if (!applied.value().conflicts.empty() && !options.force && options.field_manager == "kubectl" &&
+      conflicts_are_last_applied(live, applied.value().conflicts)) {
+    // Moving from client-side to server-side apply: kubectl takes over the
+    // fields it applied before without a conflict (lastappliedmanager.go).
+    applied = apply_config(apply_schema_for(type), live, config, managed, writer_of(type, options, status_subresource),
+                           true, field_scope(type.status_subresource, status_subresource), format_rfc3339(clock_()));
+    if (!applied) return bad_request(applied.error().to_string());
+  }
   ApplyResult& result = applied.value();
   if (!result.conflicts.empty()) {
     return {409,
@@ -194,6 +233,7 @@ ApiResponse Store::apply_locked(const Target& target, const std::string& name, c
   }
   json object = std::move(result.object);
   set_managed(object, result.managed);
+  if (options.field_manager == "kubectl") keep_last_applied(object, config);
   WriteOptions apply_options = options;
   apply_options.managed_fields_set = true;
   apply_options.from_patch = true;

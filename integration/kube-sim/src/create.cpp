@@ -4,6 +4,7 @@
 #include "k8s4r/kube_sim/store.h"
 
 #include "conversion.h"
+#include "managed_fields.h"
 #include "store_util.h"
 
 #include "k8s4r/kube_sim/builtin_strategies.h"
@@ -105,6 +106,7 @@ ApiResponse Store::create_locked(const Target& target, json body, const WriteOpt
   prepare_for_create(type, body, clock_());
 
   std::vector<std::string> warnings;
+  if (resets_managed_fields(body["metadata"])) body["metadata"]["managedFields"] = json::array();
   std::vector<FieldCause> causes = validate_builtin(type, body, nullptr);
   for (FieldCause& cause : validate_object_meta(body["metadata"], meta_rules(type))) causes.push_back(cause);
   if (!causes.empty()) return invalid(subject(type, name), type.qualified_kind(), causes);

@@ -317,8 +317,9 @@ struct Walk {
   }
 };
 
-// The item of `list` at path element `element`, or end.
-json::iterator find_item(json& list, const std::string& element) {
+// The item of `list` at path element `element`, or end; `Json` is json or const json.
+template <class Json>
+auto find_item(Json& list, const std::string& element) -> decltype(list.begin()) {
   if (!list.is_array() || element.size() < 2) return list.end();
   const std::string body = element.substr(2);
   if (element[0] == 'i') {
@@ -385,6 +386,23 @@ Result<Comparison> compare(const ApplySchema& schema, const json& live, const js
 Result<json> merge(const ApplySchema& schema, const json& live, const json& config) {
   FieldPath at;
   return Walk{schema}.merged(schema.root(), live, config, at);
+}
+
+const json* value_at(const json& object, const FieldPath& path) {
+  const json* at = &object;
+  for (const std::string& element : path) {
+    if (element.rfind("f:", 0) == 0) {
+      if (!at->is_object()) return nullptr;
+      auto found = at->find(element.substr(2));
+      if (found == at->end()) return nullptr;
+      at = &*found;
+      continue;
+    }
+    auto found = find_item(*at, element);
+    if (found == at->end()) return nullptr;
+    at = &*found;
+  }
+  return at;
 }
 
 void remove_fields(json& object, const FieldSet& paths) {

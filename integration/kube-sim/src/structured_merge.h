@@ -75,4 +75,7 @@ Result<nlohmann::json> merge(const ApplySchema& schema, const nlohmann::json& li
 // Removes every member of `paths` (with what is under it) from `object`.
 void remove_fields(nlohmann::json& object, const FieldSet& paths);
 
+// The value at `path` in `object`, or null when it has none.
+const nlohmann::json* value_at(const nlohmann::json& object, const FieldPath& path);
+
 }  // namespace k8s4r::kube_sim

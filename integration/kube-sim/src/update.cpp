@@ -4,6 +4,7 @@
 #include "k8s4r/kube_sim/store.h"
 
 #include "conversion.h"
+#include "managed_fields.h"
 #include "store_util.h"
 
 #include "k8s4r/kube_sim/builtin_strategies.h"
@@ -171,6 +172,9 @@ ApiResponse Store::update_locked(const Target& target, const std::string& name, 
   }
 
   std::vector<std::string> warnings;
+  // [{}] asks for managedFields to be reset, before anything validates them.
+  if (!status_subresource && resets_managed_fields(updated["metadata"]))
+    updated["metadata"]["managedFields"] = json::array();
   if (!status_subresource) prepare_for_update(type, updated, existing);
   std::vector<FieldCause> causes = validate_builtin(type, updated, &existing);
   for (FieldCause& cause : validate_object_meta(updated["metadata"], meta_rules(type))) causes.push_back(cause);
