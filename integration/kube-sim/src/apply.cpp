@@ -151,8 +151,9 @@ void Store::track_fields(const Target& target, json& object, const json* existin
       from_request = true;
     }
   }
-  if (!reset && !from_request && existing != nullptr) managed = managed_of(*existing);
-  auto tracked = track_update(apply_schema_for(type), existing, object, std::move(managed),
+  const bool from_existing = !reset && !from_request && existing != nullptr;
+  if (from_existing) managed = managed_of(*existing);
+  auto tracked = track_update(apply_schema_for(type), existing, object, managed,
                               writer_of(type, options, status_subresource),
                               field_scope(type.status_subresource, status_subresource), format_rfc3339(clock_()));
   if (!tracked) {
@@ -160,6 +161,17 @@ void Store::track_fields(const Target& target, json& object, const json* existin
     spdlog::warn("managedFields of {} {} not tracked: {}", type.qualified_plural(),
                  string_at(metadata, "name"), tracked.error().to_string());
     object["metadata"].erase("managedFields");
+    return;
+  }
+  if (from_existing && tracked.value() == managed) {
+    // The common steady write (a controller setting its own fields again
+    // within the second): the stored entries stand as they are, unencoded.
+    const json& stored = metadata_of(*existing);
+    if (stored.contains("managedFields")) {
+      object["metadata"]["managedFields"] = stored["managedFields"];
+    } else {
+      object["metadata"].erase("managedFields");
+    }
     return;
   }
   set_managed(object, tracked.value());

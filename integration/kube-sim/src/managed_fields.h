@@ -38,6 +38,8 @@ struct ManagedFieldsEntry {
   // How conflicts name it: "kubectl", "m" with subresource "status",
   // "kube-controller-manager" using apps/v1.
   std::string label() const;
+
+  bool operator==(const ManagedFieldsEntry&) const = default;
 };
 using ManagedFields = std::vector<ManagedFieldsEntry>;
 

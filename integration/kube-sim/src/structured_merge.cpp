@@ -184,6 +184,8 @@ struct Walk {
   // lhs and rhs may be null (absent).
   Result<void> diff(const json* node, const json* lhs, const json* rhs, FieldPath& at, Comparison& out) const {
     if (lhs == nullptr && rhs == nullptr) return ok();
+    // An unchanged subtree adds nothing; most writes change a few leaves.
+    if (lhs != nullptr && rhs != nullptr && *lhs == *rhs) return ok();
     if (at.size() > kMaxDepth) return too_deep(at);
     const json& some = rhs != nullptr ? *rhs : *lhs;
     const auto leaf = [&] {

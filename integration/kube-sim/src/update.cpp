@@ -18,21 +18,36 @@ using nlohmann::json;
 
 namespace {
 
-// Everything but metadata and status: what moves `generation`.
-json spec_part(const json& object) {
-  json copy = object;
-  copy.erase("metadata");
-  copy.erase("status");
-  return copy;
+// Whether `a` and `b` hold the same members, leaving out those named in
+// `except`; compares in place (objects can be large; no copies).
+bool same_except(const json& a, const json& b, std::initializer_list<const char*> except) {
+  const auto skipped = [&](const std::string& key) {
+    for (const char* name : except) {
+      if (key == name) return true;
+    }
+    return false;
+  };
+  std::size_t a_count = 0, b_count = 0;
+  for (const auto& [key, value] : a.items()) {
+    if (skipped(key)) continue;
+    ++a_count;
+    auto other = b.find(key);
+    if (other == b.end() || *other != value) return false;
+  }
+  for (const auto& [key, value] : b.items()) {
+    if (!skipped(key)) ++b_count;
+  }
+  return a_count == b_count;
 }
 
-// The object without what the server sets on every write, to tell a no-op.
+// Everything but metadata and status (what moves `generation`) is the same.
+bool same_spec(const json& a, const json& b) { return same_except(a, b, {"metadata", "status"}); }
+
+// The same object but for what the server sets on every write: a no-op.
 // (managedFields count: they change only when a write changed something, or
 // when a client sets them on purpose.)
-json comparable(const json& object) {
-  json copy = object;
-  if (copy.contains("metadata")) copy["metadata"].erase("resourceVersion");
-  return copy;
+bool same_but_version(const json& a, const json& b) {
+  return same_except(a, b, {"metadata"}) && same_except(metadata_of(a), metadata_of(b), {"resourceVersion"});
 }
 
 // Strategic-merge-patch directives ($patch, $setElementOrder/..., $retainKeys)
@@ -184,11 +199,11 @@ ApiResponse Store::update_locked(const Target& target, const std::string& name, 
     for (std::string& warning : finalizer_warnings(updated["metadata"], &old_metadata)) warnings.push_back(warning);
   }
   if (auto admitted = admit(target, updated, &existing, options, warnings); !admitted.ok()) return admitted;
-  if (old_metadata.contains("generation") && spec_part(updated) != spec_part(existing)) {
+  if (old_metadata.contains("generation") && !same_spec(updated, existing)) {
     updated["metadata"]["generation"] = old_metadata.value("generation", 1) + 1;
   }
   track_fields(target, updated, &existing, status_subresource, options);
-  if (comparable(updated) == comparable(existing)) return {200, for_version(existing, type), warnings};
+  if (same_but_version(updated, existing)) return {200, for_version(existing, type), warnings};
   if (options.dry_run) return {200, updated, warnings};
 
   if (metadata_of(updated).contains("deletionTimestamp") && !has_finalizers(updated) &&
