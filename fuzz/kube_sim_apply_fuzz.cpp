@@ -45,8 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   store.create(crds, json::parse(kCrd), {});
   const std::uint8_t mode = data[0];
   const bool widget = mode & 1;
-  const Target target{widget ? *store.find_type("example.com", "v1", "widgets") : *store.find_type("", "v1", "configmaps"),
-                      "default"};
+  const Target target{
+      widget ? *store.find_type("example.com", "v1", "widgets") : *store.find_type("", "v1", "configmaps"), "default"};
   WriteOptions options;
   options.field_manager = "creator";
   store.create(target, json::parse(widget ? kWidget : kConfigMap), options);

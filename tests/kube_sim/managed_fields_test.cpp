@@ -1,8 +1,8 @@
 // Server-side apply's logic with no store and no HTTP: field sets and their
 // fieldsV1 encoding, what a write owns, merging by schema, pruning, conflicts
 // and ownership moving, with the shapes kube-apiserver 1.32 produces.
-#include "field_set.h"
 #include "managed_fields.h"
+#include "field_set.h"
 #include "structured_merge.h"
 
 #include "k8s4r/kube_sim/resource_type.h"
@@ -168,9 +168,9 @@ TEST(ManagedFieldsTest, ChangingAnotherManagersFieldConflictsUnlessForcedAndTheS
 TEST(ManagedFieldsTest, FieldsAnApplierDropsAreRemovedUnlessSomeoneElseOwnsThem) {
   ManagedFields managed;
   json live = json::object();
-  auto first = apply_config(widgets(), live,
-                            widget({{"size", 1}, {"tags", {"x", "y"}}, {"env", {{"A", "1"}, {"B", "2"}}}}), managed,
-                            kApplier, false, kMainResource, "T1");
+  auto first =
+      apply_config(widgets(), live, widget({{"size", 1}, {"tags", {"x", "y"}}, {"env", {{"A", "1"}, {"B", "2"}}}}),
+                   managed, kApplier, false, kMainResource, "T1");
   ASSERT_TRUE(first.has_value());
   live = first.value().object;
   live["metadata"]["uid"] = "u";
@@ -178,8 +178,8 @@ TEST(ManagedFieldsTest, FieldsAnApplierDropsAreRemovedUnlessSomeoneElseOwnsThem)
 
   // Someone else also sets env.B to the value it has.
   json other_config = widget({{"env", {{"B", "2"}}}});
-  auto other = apply_config(widgets(), live, other_config, managed, {"helm", "example.com/v1", ""}, false,
-                            kMainResource, "T2");
+  auto other =
+      apply_config(widgets(), live, other_config, managed, {"helm", "example.com/v1", ""}, false, kMainResource, "T2");
   ASSERT_TRUE(other.has_value());
   managed = other.value().managed;
 
@@ -187,7 +187,8 @@ TEST(ManagedFieldsTest, FieldsAnApplierDropsAreRemovedUnlessSomeoneElseOwnsThem)
                              kMainResource, "T3");
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(second.value().object["spec"], json::parse(R"({"size":1,"tags":["y"],"env":{"B":"2"}})"));
-  EXPECT_EQ(fields_of(second.value().managed, "kubectl"), json::parse(R"({"f:spec":{"f:size":{},"f:tags":{"v:\"y\"":{}}}})"));
+  EXPECT_EQ(fields_of(second.value().managed, "kubectl"),
+            json::parse(R"({"f:spec":{"f:size":{},"f:tags":{"v:\"y\"":{}}}})"));
 }
 
 TEST(ManagedFieldsTest, KeyedListsMergeItemByItemAndAtomicOnesAreReplaced) {
@@ -208,16 +209,16 @@ TEST(ManagedFieldsTest, KeyedListsMergeItemByItemAndAtomicOnesAreReplaced) {
   EXPECT_EQ(applied.value().object["spec"]["steps"], json::parse(R"(["c"])"));
   EXPECT_EQ(applied.value().object["spec"]["selector"], json::parse(R"({"app":"x"})"));
 
-  auto refused = apply_config(widgets(), live,
-                              widget({{"ports", {{{"port", 80}, {"protocol", "TCP"}, {"name", "web"}}}}}), managed,
-                              kApplier, false, kMainResource, "T2");
+  auto refused =
+      apply_config(widgets(), live, widget({{"ports", {{{"port", 80}, {"protocol", "TCP"}, {"name", "web"}}}}}),
+                   managed, kApplier, false, kMainResource, "T2");
   ASSERT_EQ(refused.value().conflicts.size(), 1u);
   EXPECT_EQ(conflict_message(refused.value().conflicts),
             "Apply failed with 1 conflict: conflict with \"controller\" using example.com/v1: "
             ".spec.ports[port=80,protocol=\"TCP\"].name");
 
-  auto missing_key =
-      apply_config(widgets(), live, widget({{"ports", {{{"port", 8}}}}}), managed, kApplier, false, kMainResource, "T2");
+  auto missing_key = apply_config(widgets(), live, widget({{"ports", {{{"port", 8}}}}}), managed, kApplier, false,
+                                  kMainResource, "T2");
   ASSERT_FALSE(missing_key.has_value());
   EXPECT_EQ(missing_key.error().to_string(),
             ".spec.ports: associative list with keys has an element that omits key field \"protocol\" (and doesn't "
@@ -225,8 +226,8 @@ TEST(ManagedFieldsTest, KeyedListsMergeItemByItemAndAtomicOnesAreReplaced) {
 }
 
 TEST(ManagedFieldsTest, UndeclaredFieldsOfACustomResourceAreRefusedAndStatusIsNotOwnedThroughTheMainResource) {
-  auto unknown = apply_config(widgets(), json::object(), widget({{"colour", "red"}}), {}, kApplier, false,
-                              kMainResource, "T1");
+  auto unknown =
+      apply_config(widgets(), json::object(), widget({{"colour", "red"}}), {}, kApplier, false, kMainResource, "T1");
   ASSERT_FALSE(unknown.has_value());
   EXPECT_EQ(unknown.error().to_string(), ".spec.colour: field not declared in schema");
 
@@ -264,8 +265,9 @@ TEST(ManagedFieldsTest, UpdateEntriesAreCappedAtTenWithTheOldestMergedIntoAncien
 
 TEST(ManagedFieldsTest, DecodingRefusesWhatTheRealServerRefuses) {
   auto decode = [](const char* text) { return decode_managed_fields(json::parse(text)); };
-  EXPECT_EQ(decode(R"([{"manager":"m","operation":"Patch","apiVersion":"v1","fieldsType":"FieldsV1"}])").error().message,
-            "operation must be `Apply` or `Update`");
+  EXPECT_EQ(
+      decode(R"([{"manager":"m","operation":"Patch","apiVersion":"v1","fieldsType":"FieldsV1"}])").error().message,
+      "operation must be `Apply` or `Update`");
   EXPECT_EQ(decode(R"([{"manager":"m","operation":"Update","fieldsType":"FieldsV1"}])").error().message,
             "apiVersion must not be empty");
   EXPECT_EQ(decode(R"([{"manager":"m","operation":"Update","apiVersion":"v1"}])").error().message,

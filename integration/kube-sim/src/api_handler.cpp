@@ -2,8 +2,8 @@
 
 #include "k8s4r/kube_sim/discovery.h"
 
-#include "k8s4r/kube_sim/protobuf.h"
 #include "go_text.h"
+#include "k8s4r/kube_sim/protobuf.h"
 #include "store_util.h"
 
 #include <spdlog/spdlog.h>

@@ -59,8 +59,7 @@ json yaml_to_json(const YAML::Node& node) {
 
 // The body of an apply: JSON (what kubectl and client-go send) or YAML.
 std::variant<json, std::string> parse_apply_body(const std::string& text) {
-  if (json_nesting_exceeds(text, kMaxJsonDepth))
-    return "json: exceeded max depth of " + std::to_string(kMaxJsonDepth);
+  if (json_nesting_exceeds(text, kMaxJsonDepth)) return "json: exceeded max depth of " + std::to_string(kMaxJsonDepth);
   json body = json::parse(text, nullptr, false);
   if (!body.is_discarded()) return body;
   try {
@@ -153,13 +152,13 @@ void Store::track_fields(const Target& target, json& object, const json* existin
   }
   const bool from_existing = !reset && !from_request && existing != nullptr;
   if (from_existing) managed = managed_of(*existing);
-  auto tracked = track_update(apply_schema_for(type), existing, object, managed,
-                              writer_of(type, options, status_subresource),
-                              field_scope(type.status_subresource, status_subresource), format_rfc3339(clock_()));
+  auto tracked =
+      track_update(apply_schema_for(type), existing, object, managed, writer_of(type, options, status_subresource),
+                   field_scope(type.status_subresource, status_subresource), format_rfc3339(clock_()));
   if (!tracked) {
     // As kube-apiserver's UpdateNoErrors: the write goes on, untracked.
-    spdlog::warn("managedFields of {} {} not tracked: {}", type.qualified_plural(),
-                 string_at(metadata, "name"), tracked.error().to_string());
+    spdlog::warn("managedFields of {} {} not tracked: {}", type.qualified_plural(), string_at(metadata, "name"),
+                 tracked.error().to_string());
     object["metadata"].erase("managedFields");
     return;
   }
@@ -184,7 +183,8 @@ ApiResponse Store::apply_locked(const Target& target, const std::string& name, c
   if (auto* error = std::get_if<std::string>(&parsed)) return bad_request("error decoding YAML: " + *error);
   json config = std::get<json>(std::move(parsed));
   if (!config.is_object()) {
-    return bad_request("error decoding YAML: json: cannot unmarshal " + std::string(config.is_array() ? "array" : "value") +
+    return bad_request("error decoding YAML: json: cannot unmarshal " +
+                       std::string(config.is_array() ? "array" : "value") +
                        " into Go value of type map[string]interface {}");
   }
   if (config.contains("metadata") && config["metadata"].is_object() && config["metadata"].contains("managedFields") &&
@@ -211,15 +211,14 @@ ApiResponse Store::apply_locked(const Target& target, const std::string& name, c
   const bool exists = found != resource->objects.end();
   if (!exists && status_subresource) return not_found(subject(type, name));
   if (!exists && body_name.empty()) {
-    return bad_request("the name of the object (" + name +
-                       " based on URL) was undeterminable: name must be provided");
+    return bad_request("the name of the object (" + name + " based on URL) was undeterminable: name must be provided");
   }
   const json live = exists ? for_version(*found->second, type) : json::object();
 
   ManagedFields managed = exists ? managed_of(live) : ManagedFields{};
-  auto applied = apply_config(apply_schema_for(type), live, config, managed, writer_of(type, options, status_subresource),
-                              options.force, field_scope(type.status_subresource, status_subresource),
-                              format_rfc3339(clock_()));
+  auto applied =
+      apply_config(apply_schema_for(type), live, config, managed, writer_of(type, options, status_subresource),
+                   options.force, field_scope(type.status_subresource, status_subresource), format_rfc3339(clock_()));
   if (!applied) {
     // 1.32 answers a configuration that does not fit the schema with a 500.
     return {500,

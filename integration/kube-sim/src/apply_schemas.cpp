@@ -60,13 +60,12 @@ const std::map<std::string, std::string>& builtin_schemas() {
        R"({"type":"object","properties":{"secrets":{"type":"array","x-kubernetes-list-type":"map",
           "x-kubernetes-list-map-keys":["name"]},"imagePullSecrets":{"type":"array"},
           "automountServiceAccountToken":{"type":"boolean"}}})"},
-      {"/Event", fields({"involvedObject", "related", "reason", "message", "type", "action", "reportingComponent",
-                         "reportingInstance", "count", "source", "series", "firstTimestamp", "lastTimestamp",
-                         "eventTime"})},
-      {"events.k8s.io/Event",
-       fields({"regarding", "related", "reason", "note", "type", "action", "reportingController", "reportingInstance",
-               "deprecatedCount", "deprecatedSource", "series", "deprecatedFirstTimestamp", "deprecatedLastTimestamp",
-               "eventTime"})},
+      {"/Event",
+       fields({"involvedObject", "related", "reason", "message", "type", "action", "reportingComponent",
+               "reportingInstance", "count", "source", "series", "firstTimestamp", "lastTimestamp", "eventTime"})},
+      {"events.k8s.io/Event", fields({"regarding", "related", "reason", "note", "type", "action", "reportingController",
+                                      "reportingInstance", "deprecatedCount", "deprecatedSource", "series",
+                                      "deprecatedFirstTimestamp", "deprecatedLastTimestamp", "eventTime"})},
       {"coordination.k8s.io/Lease",
        R"({"type":"object","properties":{"spec":{"type":"object","properties":{"holderIdentity":{},
           "leaseDurationSeconds":{},"acquireTime":{},"renewTime":{},"leaseTransitions":{},"strategy":{},
@@ -112,7 +111,7 @@ ApplySchema apply_schema_for(const ResourceType& type) {
   if (found == parsed->end()) {
     auto text = builtin_schemas().find(key);
     auto schema = std::make_shared<const json>(text == builtin_schemas().end() ? json{{"type", "object"}}
-                                                                                : json::parse(text->second));
+                                                                               : json::parse(text->second));
     found = parsed->emplace(key, std::move(schema)).first;
   }
   return ApplySchema(found->second, false);

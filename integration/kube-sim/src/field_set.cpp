@@ -176,7 +176,9 @@ Result<FieldSet> FieldSet::from_fields_v1(const json& fields) {
 namespace {
 
 // value.ToString of structured-merge-diff: strings quoted as Go's %q, the rest as JSON.
-std::string value_string(const json& value) { return value.is_string() ? go_quote(value.get<std::string>()) : value.dump(); }
+std::string value_string(const json& value) {
+  return value.is_string() ? go_quote(value.get<std::string>()) : value.dump();
+}
 
 }  // namespace
 

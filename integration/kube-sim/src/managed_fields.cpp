@@ -21,8 +21,8 @@ const FieldSet& server_owned() {
     out->insert({"f:apiVersion"});
     out->insert({"f:kind"});
     out->insert({"f:metadata"});
-    for (const char* field : {"name", "namespace", "creationTimestamp", "selfLink", "uid", "clusterName",
-                              "generation", "managedFields", "resourceVersion"}) {
+    for (const char* field : {"name", "namespace", "creationTimestamp", "selfLink", "uid", "clusterName", "generation",
+                              "managedFields", "resourceVersion"}) {
       out->insert({"f:metadata", std::string("f:") + field});
     }
     return out;
@@ -191,15 +191,15 @@ Result<ManagedFields> track_update(const ApplySchema& schema, const json* live, 
   return managed;
 }
 
-Result<ApplyResult> apply_config(const ApplySchema& schema, const json& live, const json& config,
-                                 ManagedFields managed, const FieldWriter& writer, bool force, const FieldScope& scope,
+Result<ApplyResult> apply_config(const ApplySchema& schema, const json& live, const json& config, ManagedFields managed,
+                                 const FieldWriter& writer, bool force, const FieldScope& scope,
                                  const std::string& now) {
   const bool exists = live.contains("metadata") && live["metadata"].is_object() && live["metadata"].contains("uid");
   if (exists && managed.empty()) {
     // What the object held before anyone applied is recorded first, so an
     // applier that changes it conflicts with "before-first-apply".
-    auto before = track_update(schema, nullptr, live, {}, {"before-first-apply", writer.api_version, writer.subresource},
-                               scope, now);
+    auto before = track_update(schema, nullptr, live, {},
+                               {"before-first-apply", writer.api_version, writer.subresource}, scope, now);
     if (!before) return before.error();
     managed = std::move(before).value();
   }
@@ -276,7 +276,8 @@ std::string conflict_message(const std::vector<FieldConflict>& conflicts) {
            path_string(conflicts[0].path);
   }
   std::map<std::string, std::vector<std::string>> by_manager;
-  for (const FieldConflict& conflict : conflicts) by_manager[conflict.manager_label].push_back(path_string(conflict.path));
+  for (const FieldConflict& conflict : conflicts)
+    by_manager[conflict.manager_label].push_back(path_string(conflict.path));
   std::string lines;
   for (const auto& [manager, paths] : by_manager) {
     lines += (lines.empty() ? "" : "\n") + std::string("conflicts with ") + manager + ":";

@@ -73,9 +73,9 @@ FieldScope field_scope(bool type_has_status_subresource, bool status_request);
 // the live object's entries (or those the request set on purpose). An
 // object without entries that already existed stays untracked, as on a
 // real server once its managedFields were cleared.
-Result<ManagedFields> track_update(const ApplySchema& schema, const nlohmann::json* live,
-                                   const nlohmann::json& updated, ManagedFields managed, const FieldWriter& writer,
-                                   const FieldScope& scope, const std::string& now);
+Result<ManagedFields> track_update(const ApplySchema& schema, const nlohmann::json* live, const nlohmann::json& updated,
+                                   ManagedFields managed, const FieldWriter& writer, const FieldScope& scope,
+                                   const std::string& now);
 
 // One conflicting field: the other writer and the path.
 struct FieldConflict {
@@ -86,7 +86,7 @@ struct FieldConflict {
 struct ApplyResult {
   nlohmann::json object;  // the merged object (live when nothing changed)
   ManagedFields managed;
-  bool changed = false;  // the object itself changed
+  bool changed = false;                  // the object itself changed
   std::vector<FieldConflict> conflicts;  // not empty: refused (without force)
 };
 // Server-side apply of `config` by `writer` onto `live` (an empty object when

@@ -18,7 +18,7 @@ bool flag(const json* schema, const char* key) {
 
 std::string text(const json* schema, const char* key) {
   return schema != nullptr && schema->contains(key) && (*schema)[key].is_string() ? (*schema)[key].get<std::string>()
-                                                                                   : "";
+                                                                                  : "";
 }
 
 // JSON as jsoniter writes it in path elements: compact, with <, > and & escaped.
@@ -52,7 +52,9 @@ struct Descend {
   Descend& operator=(const Descend&) = delete;
 };
 
-Error too_deep(const FieldPath& at) { return Error{path_string(at), "nested deeper than " + std::to_string(kMaxDepth) + " levels"}; }
+Error too_deep(const FieldPath& at) {
+  return Error{path_string(at), "nested deeper than " + std::to_string(kMaxDepth) + " levels"};
+}
 
 enum class Kind { object, array, scalar };
 Kind kind_of(const json& value) {
@@ -62,8 +64,8 @@ Kind kind_of(const json& value) {
 }
 
 // A set or map list's items by path element, first occurrence kept.
-Result<std::map<std::string, const json*>> index_items(const json* schema, ApplySchema::Shape shape,
-                                                       const json& list, std::vector<std::string>* order) {
+Result<std::map<std::string, const json*>> index_items(const json* schema, ApplySchema::Shape shape, const json& list,
+                                                       std::vector<std::string>* order) {
   std::map<std::string, const json*> items;
   for (const json& item : list) {
     auto element = ApplySchema::item_element(schema, shape, item);
@@ -103,7 +105,8 @@ Result<ApplySchema::Child> ApplySchema::child(const json* schema, const std::str
 }
 
 ApplySchema::Shape ApplySchema::shape_of(const json* schema, const json& value) {
-  if (value.is_object()) return text(schema, "x-kubernetes-map-type") == "atomic" ? Shape::atomic_map : Shape::granular_map;
+  if (value.is_object())
+    return text(schema, "x-kubernetes-map-type") == "atomic" ? Shape::atomic_map : Shape::granular_map;
   if (value.is_array()) {
     const std::string list_type = text(schema, "x-kubernetes-list-type");
     if (list_type == "set") return Shape::set_list;
@@ -134,7 +137,8 @@ Result<std::string> ApplySchema::item_element(const json* schema, Shape shape, c
       return Error{"", "associative list with keys has an element that omits key field \"" + field +
                            "\" (and doesn't have default value)"};
     }
-    if (item[field].is_object() || item[field].is_array()) return Error{"", "key field \"" + field + "\" must be a scalar"};
+    if (item[field].is_object() || item[field].is_array())
+      return Error{"", "key field \"" + field + "\" must be a scalar"};
     key[field] = item[field];
   }
   return "k:" + element_json(key);

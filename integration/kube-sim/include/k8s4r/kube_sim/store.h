@@ -62,8 +62,8 @@ struct WriteOptions {
   // Who writes, for metadata.managedFields: ?fieldManager, else the
   // User-Agent's product ("" is recorded as "unknown").
   std::string field_manager;
-  bool force = false;             // server-side apply: take conflicting fields
-  bool from_patch = false;        // set by Store::patch: errors are reported as a patch's
+  bool force = false;               // server-side apply: take conflicting fields
+  bool from_patch = false;          // set by Store::patch: errors are reported as a patch's
   bool managed_fields_set = false;  // set by apply: the body's managedFields are final
 };
 
