@@ -203,6 +203,16 @@ def test_apply_requests_are_checked_as_kube_apiserver_checks_them(sim):
     assert status == 201 and body["data"] == {"k": "v"}
     assert sim.request("GET", CONFIG_MAPS + "/x")[0] == 404, "a dry run stores nothing"
 
+    # YAML aliases that refer to themselves or multiply: 400, and the server lives on.
+    cyclic = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: &d {k: *d}\n"
+    status, _, body = sim.request("PATCH", CONFIG_MAPS + "/x?fieldManager=m", cyclic, content_type=APPLY)
+    assert status == 400 and body["message"].startswith("error decoding YAML: ")
+    laughs = "a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(6))
+    status, _, body = sim.request("PATCH", CONFIG_MAPS + "/x?fieldManager=m", laughs, content_type=APPLY)
+    assert status == 400 and "excessive aliasing" in body["message"]
+    assert sim.request("GET", CONFIG_MAPS)[0] == 200
+
     # YAML is accepted as well as JSON; a create answers 201, an update 200.
     yaml_body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  count: '3'\n  flag: 'true'\n"
     status, _, body = sim.request("PATCH", CONFIG_MAPS + "/x?fieldManager=m", yaml_body, content_type=APPLY)
@@ -222,6 +232,18 @@ def test_every_write_records_its_manager_and_cleared_managed_fields_stay_cleared
     curl_made = get_json(sim, "configmap", "made")
     assert entries(curl_made)[("curl", "Update", "")]["fieldsV1"] == {"f:data": {"f:k": {}}}
     assert entries(curl_made)[("kubectl-create", "Update", "")]["fieldsV1"] == {"f:data": {}}
+
+    # A time that is not RFC 3339 fails the decode (400), as metav1.Time does;
+    # entries that do not make sense give way to the stored ones.
+    stored = get_json(sim, "configmap", "made")["metadata"]["managedFields"]
+    bad_time = [dict(stored[0], time="yesterday")]
+    status, _, body = sim.request("PATCH", CONFIG_MAPS + "/made", {"metadata": {"managedFields": bad_time}},
+                                  content_type="application/merge-patch+json")
+    assert status == 422 and 'parsing time "yesterday"' in body["message"]
+    nonsense = [dict(stored[0], operation="Patch")]
+    status, _, body = sim.request("PATCH", CONFIG_MAPS + "/made", {"metadata": {"managedFields": nonsense}},
+                                  content_type="application/merge-patch+json")
+    assert status == 200 and body["metadata"]["managedFields"] == stored
 
     # [{}] clears them; later updates record nothing, as on a real server.
     status, _, cleared = sim.request("PATCH", CONFIG_MAPS + "/made", {"metadata": {"managedFields": [{}]}},

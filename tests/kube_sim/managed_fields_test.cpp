@@ -286,5 +286,62 @@ TEST(ManagedFieldsTest, ObjectsNestedPastTheLimitAreAnErrorNotACrash) {
   EXPECT_FALSE(merge(deduced, deep, deep).has_value());
 }
 
+TEST(ManagedFieldsTest, NullInAConfigurationOwnsTheFieldButTakesNothingAway) {
+  json live = json::parse(R"({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","uid":"u",
+    "labels":{"team":"ops"}},"data":{"a":"1"}})");
+  ManagedFields managed = track_update(config_maps(), nullptr, live, {}, {"ops", "v1", ""}, {}, "T1").value();
+  json config = json::parse(R"({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","labels":null},
+    "data":null})");
+  auto applied = apply_config(config_maps(), live, config, managed, {"kubectl", "v1", ""}, false, {}, "T2");
+  ASSERT_TRUE(applied.has_value()) << applied.error().to_string();
+  EXPECT_TRUE(applied.value().conflicts.empty());
+  EXPECT_FALSE(applied.value().changed);
+  EXPECT_EQ(applied.value().object["metadata"]["labels"], json({{"team", "ops"}}));
+  EXPECT_EQ(applied.value().object["data"], json({{"a", "1"}}));
+}
+
+TEST(ManagedFieldsTest, KeyedListsKeepStructuredMergeDiffsOrder) {
+  const json live = widget({{"ports", json::parse(R"([{"port":1,"protocol":"a"},{"port":2,"protocol":"b"},
+    {"port":3,"protocol":"c"}])")}});
+  auto merged = merge(widgets(), live, widget({{"ports", json::parse(R"([{"port":3,"protocol":"c"},
+    {"port":1,"protocol":"a"}])")}}));
+  ASSERT_TRUE(merged.has_value());
+  std::vector<int> order;
+  for (const json& port : merged.value()["spec"]["ports"]) order.push_back(port["port"].get<int>());
+  EXPECT_EQ(order, (std::vector<int>{2, 3, 1}));
+}
+
+TEST(ManagedFieldsTest, AnItemTheApplierDropsGoesWholeEvenIfAnotherManagerOwnsAFieldInIt) {
+  ManagedFields managed;
+  auto first =
+      apply_config(widgets(), json::object(), widget({{"size", 1}, {"ports", {{{"port", 80}, {"protocol", "TCP"}}}}}),
+                   managed, kApplier, false, kMainResource, "T1");
+  ASSERT_TRUE(first.has_value());
+  json live = first.value().object;
+  live["metadata"]["uid"] = "u";
+  json named = live;
+  named["spec"]["ports"][0]["name"] = "http";
+  managed = track_update(widgets(), &live, named, first.value().managed, {"controller", "example.com/v1", ""},
+                         kMainResource, "T2")
+                .value();
+  auto dropped = apply_config(widgets(), named, widget({{"size", 1}}), managed, kApplier, false, kMainResource, "T3");
+  ASSERT_TRUE(dropped.has_value()) << dropped.error().to_string();
+  EXPECT_FALSE(dropped.value().object["spec"].contains("ports") && !dropped.value().object["spec"]["ports"].empty());
+}
+
+TEST(ManagedFieldsTest, DecodingKeepsOneEntryPerWriterAndBoundsNesting) {
+  auto decoded = decode_managed_fields(json::parse(R"([
+    {"manager":"m","operation":"Update","apiVersion":"v1","fieldsType":"FieldsV1","fieldsV1":{"f:a":{}}},
+    {"manager":"m","operation":"Update","apiVersion":"v1","fieldsType":"FieldsV1","fieldsV1":{"f:b":{}}}])"));
+  ASSERT_TRUE(decoded.has_value());
+  ASSERT_EQ(decoded.value().size(), 1u);
+  EXPECT_TRUE(decoded.value()[0].fields.has({"f:b"}));
+
+  json deep = json::object();
+  for (int i = 0; i < 3000; ++i) deep = json{{"f:" + std::string(200, 'x'), deep}};
+  EXPECT_FALSE(FieldSet::from_fields_v1(deep).has_value());
+  EXPECT_FALSE(FieldSet::from_fields_v1(json::parse(R"({"k:not json":{}})")).has_value());
+}
+
 }  // namespace
 }  // namespace k8s4r::kube_sim

@@ -21,18 +21,33 @@ using nlohmann::json;
 
 namespace {
 
+// At most this many values come out of one YAML document: aliases can
+// repeat a node exponentially ("billion laughs"), as go-yaml refuses with
+// "excessive aliasing".
+constexpr std::size_t kMaxYamlValues = 100000;
+
 // A YAML node as JSON, with YAML 1.1's plain-scalar types as sigs.k8s.io/yaml
-// reads them; quoted scalars stay strings.
-json yaml_to_json(const YAML::Node& node) {
+// reads them; quoted scalars stay strings. `path` holds the nodes above: an
+// alias to one of them would recurse forever (yaml-cpp builds `&x [*x]` as a
+// node that contains itself).
+json yaml_to_json(const YAML::Node& node, std::vector<YAML::Node>& path, std::size_t& values) {
+  if (++values > kMaxYamlValues) throw std::length_error("excessive aliasing");
+  for (const YAML::Node& above : path) {
+    if (above.is(node)) throw std::length_error("an alias refers to a node that contains it");
+  }
   switch (node.Type()) {
     case YAML::NodeType::Map: {
+      path.push_back(node);
       json out = json::object();
-      for (const auto& item : node) out[item.first.as<std::string>()] = yaml_to_json(item.second);
+      for (const auto& item : node) out[item.first.as<std::string>()] = yaml_to_json(item.second, path, values);
+      path.pop_back();
       return out;
     }
     case YAML::NodeType::Sequence: {
+      path.push_back(node);
       json out = json::array();
-      for (const auto& item : node) out.push_back(yaml_to_json(item));
+      for (const auto& item : node) out.push_back(yaml_to_json(item, path, values));
+      path.pop_back();
       return out;
     }
     case YAML::NodeType::Scalar: {
@@ -64,9 +79,13 @@ std::variant<json, std::string> parse_apply_body(const std::string& text) {
   if (!body.is_discarded()) return body;
   try {
     // yaml-cpp refuses nesting past its own depth guard (DeepRecursion).
-    return yaml_to_json(YAML::Load(text));
+    std::vector<YAML::Node> path;
+    std::size_t values = 0;
+    return yaml_to_json(YAML::Load(text), path, values);
   } catch (const YAML::Exception& error) {
     return "error converting YAML to JSON: yaml: line " + std::to_string(error.mark.line + 1) + ": " + error.msg;
+  } catch (const std::length_error& error) {
+    return std::string("error converting YAML to JSON: yaml: ") + error.what();
   } catch (const std::exception&) {
     return std::string("error converting YAML to JSON: yaml: a value out of range");
   }
@@ -92,6 +111,7 @@ ManagedFields managed_of(const json& object) {
 }
 
 void set_managed(json& object, const ManagedFields& managed) {
+  if (!object["metadata"].is_object()) object["metadata"] = json::object();
   if (managed.empty()) {
     object["metadata"].erase("managedFields");
   } else {
@@ -101,20 +121,22 @@ void set_managed(json& object, const ManagedFields& managed) {
 
 constexpr const char* kLastApplied = "kubectl.kubernetes.io/last-applied-configuration";
 
-// Whether every conflicting field holds, in the live object, the value
-// kubectl's client-side apply recorded for it.
-bool conflicts_are_last_applied(const json& live, const std::vector<FieldConflict>& conflicts) {
+// The conflicts kubectl's client-side apply does not account for: those
+// whose live value is not the one recorded for it in the last-applied
+// annotation (lastappliedmanager.go forces the others).
+std::vector<FieldConflict> not_last_applied(const json& live, const std::vector<FieldConflict>& conflicts) {
   const json& annotations = object_at(metadata_of(live), "annotations");
   const std::string recorded = string_at(annotations, kLastApplied);
-  if (recorded.empty() || json_nesting_exceeds(recorded, kMaxJsonDepth)) return false;
+  if (recorded.empty() || json_nesting_exceeds(recorded, kMaxJsonDepth)) return conflicts;
   const json last_applied = json::parse(recorded, nullptr, false);
-  if (last_applied.is_discarded()) return false;
+  if (last_applied.is_discarded()) return conflicts;
+  std::vector<FieldConflict> left;
   for (const FieldConflict& conflict : conflicts) {
     const json* before = value_at(last_applied, conflict.path);
     const json* now = value_at(live, conflict.path);
-    if (before == nullptr || now == nullptr || *before != *now) return false;
+    if (before == nullptr || now == nullptr || *before != *now) left.push_back(conflict);
   }
-  return true;
+  return left;
 }
 
 // After kubectl's server-side apply, an object that carries the client-side
@@ -128,6 +150,16 @@ void keep_last_applied(json& object, json config) {
     if (config["metadata"]["annotations"].empty()) config["metadata"].erase("annotations");
   }
   object["metadata"]["annotations"][kLastApplied] = config.dump() + "\n";
+}
+
+// 1.32 answers a configuration that does not fit the schema with a 500.
+ApiResponse typed_patch_failure(const std::string& namespace_, const std::string& name, const ResourceType& type,
+                                const Error& error) {
+  return {500,
+          status_body(500, "InternalError",
+                      "failed to create typed patch object (" + namespace_ + "/" + name + "; " +
+                          gvk_string(type.api_version(), type.kind) + "): " + error.to_string()),
+          {}};
 }
 
 }  // namespace
@@ -219,21 +251,20 @@ ApiResponse Store::apply_locked(const Target& target, const std::string& name, c
   auto applied =
       apply_config(apply_schema_for(type), live, config, managed, writer_of(type, options, status_subresource),
                    options.force, field_scope(type.status_subresource, status_subresource), format_rfc3339(clock_()));
-  if (!applied) {
-    // 1.32 answers a configuration that does not fit the schema with a 500.
-    return {500,
-            status_body(500, "InternalError",
-                        "failed to create typed patch object (" + namespace_ + "/" + name + "; " +
-                            gvk_string(type.api_version(), type.kind) + "): " + applied.error().to_string()),
-            {}};
-  }
-  if (!applied.value().conflicts.empty() && !options.force && options.field_manager == "kubectl" &&
-      conflicts_are_last_applied(live, applied.value().conflicts)) {
+  if (!applied) return typed_patch_failure(namespace_, name, type, applied.error());
+
+  if (!applied.value().conflicts.empty() && !options.force && options.field_manager == "kubectl") {
     // Moving from client-side to server-side apply: kubectl takes over the
-    // fields it applied before without a conflict (lastappliedmanager.go).
-    applied = apply_config(apply_schema_for(type), live, config, managed, writer_of(type, options, status_subresource),
-                           true, field_scope(type.status_subresource, status_subresource), format_rfc3339(clock_()));
-    if (!applied) return bad_request(applied.error().to_string());
+    // fields it applied before without a conflict; only the others are one.
+    std::vector<FieldConflict> left = not_last_applied(live, applied.value().conflicts);
+    if (left.empty()) {
+      applied =
+          apply_config(apply_schema_for(type), live, config, managed, writer_of(type, options, status_subresource),
+                       true, field_scope(type.status_subresource, status_subresource), format_rfc3339(clock_()));
+      if (!applied) return typed_patch_failure(namespace_, name, type, applied.error());
+    } else {
+      applied.value().conflicts = std::move(left);
+    }
   }
   ApplyResult& result = applied.value();
   if (!result.conflicts.empty()) {

@@ -106,7 +106,7 @@ ApiResponse Store::create_locked(const Target& target, json body, const WriteOpt
   prepare_for_create(type, body, clock_());
 
   std::vector<std::string> warnings;
-  if (resets_managed_fields(body["metadata"])) body["metadata"]["managedFields"] = json::array();
+  settle_request_managed_fields(body["metadata"], nullptr);
   std::vector<FieldCause> causes = validate_builtin(type, body, nullptr);
   for (FieldCause& cause : validate_object_meta(body["metadata"], meta_rules(type))) causes.push_back(cause);
   if (!causes.empty()) return invalid(subject(type, name), type.qualified_kind(), causes);

@@ -105,7 +105,11 @@ void FieldSet::untouched(const Node& mine, const Node* keep, FieldPath& at, Fiel
       if (found != keep->children.end()) kept = &found->second;
     }
     at.push_back(element);
-    if (kept == nullptr) {
+    // A list item this applier owned goes whole (key fields too) when no one
+    // else owns the item itself, even if they own a field inside it: as
+    // structured-merge-diff removes an item, never half of one.
+    const bool item = element[0] == 'k' || element[0] == 'v' || element[0] == 'i';
+    if (kept == nullptr || (item && child.member && !kept->member)) {
       out.insert(at);
     } else {
       untouched(child, kept, at, out);
@@ -122,9 +126,16 @@ FieldSet FieldSet::untouched_by(const FieldSet& keep) const {
 }
 
 void FieldSet::collect(const Node& node, FieldPath& at, std::vector<FieldPath>& out) {
+  // A node's members first, then what is below them, as structured-merge-diff
+  // iterates a set.
+  for (const auto& [element, child] : node.children) {
+    if (!child.member) continue;
+    at.push_back(element);
+    out.push_back(at);
+    at.pop_back();
+  }
   for (const auto& [element, child] : node.children) {
     at.push_back(element);
-    if (child.member) out.push_back(at);
     collect(child, at, out);
     at.pop_back();
   }
@@ -146,8 +157,11 @@ json FieldSet::encode(const Node& node) {
 
 json FieldSet::to_fields_v1() const { return encode(root_); }
 
-Result<FieldSet::Node> FieldSet::decode(const json& fields, const std::string& at) {
-  if (!fields.is_object()) return Error{at, "expected an object of field paths"};
+Result<FieldSet::Node> FieldSet::decode(const json& fields, std::size_t depth) {
+  // Deeper than any object the store tracks (structured_merge's limit).
+  constexpr std::size_t kMaxDepth = 1000;
+  if (!fields.is_object()) return Error{"", "expected an object of field paths"};
+  if (depth > kMaxDepth) return Error{"", "nested deeper than " + std::to_string(kMaxDepth) + " levels"};
   Node node;
   node.member = fields.empty();
   for (const auto& [element, child] : fields.items()) {
@@ -157,16 +171,22 @@ Result<FieldSet::Node> FieldSet::decode(const json& fields, const std::string& a
     }
     if (element.size() < 2 || element[1] != ':' || std::string("fkvi").find(element[0]) == std::string::npos)
       continue;  // an unknown prefix
-    auto decoded = decode(child, at + "." + element);
-    if (!decoded) return decoded.error();
+    if (element[0] == 'k' || element[0] == 'v') {
+      const json value = json::parse(element.substr(2), nullptr, false);
+      if (value.is_discarded() || (element[0] == 'k' && !value.is_object()))
+        return Error{element, "not a valid path element"};
+    }
+    auto decoded = decode(child, depth + 1);
+    // The path is built only on the way out of an error.
+    if (!decoded) return decoded.error().within(element);
     node.children.emplace(element, std::move(decoded).value());
   }
   return node;
 }
 
 Result<FieldSet> FieldSet::from_fields_v1(const json& fields) {
-  auto root = decode(fields, "fieldsV1");
-  if (!root) return root.error();
+  auto root = decode(fields, 0);
+  if (!root) return root.error().within("fieldsV1");
   FieldSet set;
   set.root_ = std::move(root).value();
   set.root_.member = false;

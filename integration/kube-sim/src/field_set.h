@@ -63,7 +63,7 @@ class FieldSet {
   static void untouched(const Node& mine, const Node* keep, FieldPath& at, FieldSet& out);
   static void collect(const Node& node, FieldPath& at, std::vector<FieldPath>& out);
   static nlohmann::json encode(const Node& node);
-  static Result<Node> decode(const nlohmann::json& fields, const std::string& at);
+  static Result<Node> decode(const nlohmann::json& fields, std::size_t depth);
 
   Node root_;
 };

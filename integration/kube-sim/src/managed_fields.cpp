@@ -121,7 +121,14 @@ Result<ManagedFields> decode_managed_fields(const json& entries) {
     auto fields = FieldSet::from_fields_v1(item.contains("fieldsV1") ? item["fieldsV1"] : json::object());
     if (!fields) return fields.error().within(at);
     entry.fields = std::move(fields).value();
-    out.push_back(std::move(entry));
+    // One entry per writer: a later duplicate replaces the earlier one, as
+    // the real decoder keeps them in a map.
+    auto same = std::find_if(out.begin(), out.end(), [&](const ManagedFieldsEntry& e) { return e.same_writer(entry); });
+    if (same != out.end()) {
+      *same = std::move(entry);
+    } else {
+      out.push_back(std::move(entry));
+    }
   }
   return out;
 }
@@ -143,6 +150,20 @@ json encode_managed_fields(ManagedFields entries) {
     out.push_back(std::move(item));
   }
   return out;
+}
+
+void settle_request_managed_fields(json& metadata, const json* existing_metadata) {
+  if (!metadata.is_object() || !metadata.contains("managedFields")) return;
+  if (resets_managed_fields(metadata)) {
+    metadata["managedFields"] = json::array();
+    return;
+  }
+  if (decode_managed_fields(metadata["managedFields"])) return;
+  if (existing_metadata != nullptr && existing_metadata->contains("managedFields")) {
+    metadata["managedFields"] = (*existing_metadata)["managedFields"];
+  } else {
+    metadata.erase("managedFields");
+  }
 }
 
 bool resets_managed_fields(const json& metadata) {

@@ -59,6 +59,10 @@ nlohmann::json encode_managed_fields(ManagedFields entries);
 // Whether an update's metadata.managedFields asks for them to be reset:
 // [] or [{}].
 bool resets_managed_fields(const nlohmann::json& metadata);
+// What a write's metadata.managedFields mean before anything validates
+// them: a reset becomes [], entries that do not decode give way to the live
+// object's (none on a create), as kube-apiserver's field manager takes them.
+void settle_request_managed_fields(nlohmann::json& metadata, const nlohmann::json* existing_metadata);
 
 // The fields no entry records, and the subtree each request ignores:
 // .status on the main resource of a type with a status subresource, .spec

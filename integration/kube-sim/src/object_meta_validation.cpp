@@ -1,6 +1,7 @@
 #include "k8s4r/kube_sim/object_meta_validation.h"
 
 #include "go_text.h"
+#include "k8s4r/common/rfc3339.h"
 #include "store_util.h"
 
 #include <algorithm>
@@ -203,6 +204,21 @@ std::optional<std::string> metadata_type_error(const json& object, const std::st
       if (!value.is_array()) return unmarshal_error(value, at("ObjectMeta", field), "[]v1.ManagedFieldsEntry");
       for (const json& entry : value) {
         if (!entry.is_object()) return unmarshal_error(entry, at("ObjectMeta", field), "v1.ManagedFieldsEntry");
+        for (const char* key : {"manager", "operation", "apiVersion", "fieldsType", "subresource"}) {
+          if (entry.contains(key) && !entry[key].is_null() && !entry[key].is_string()) {
+            return unmarshal_error(entry[key], at("ManagedFieldsEntry", field + "." + key),
+                                   std::string(key) == "operation" ? "v1.ManagedFieldsOperationType" : "string");
+          }
+        }
+        if (entry.contains("time") && !entry["time"].is_null()) {
+          // metav1.Time decodes RFC 3339 or fails the whole object.
+          const json& time = entry["time"];
+          if (!time.is_string()) return unmarshal_error(time, at("ManagedFieldsEntry", field + ".time"), "v1.Time");
+          const std::string text = time.get<std::string>();
+          if (!parse_rfc3339(text))
+            return "parsing time " + go_quote(text) + " as \"2006-01-02T15:04:05Z07:00\": cannot parse " +
+                   go_quote(text) + " as \"2006\"";
+        }
       }
     }
   }

@@ -1,6 +1,7 @@
 #include "structured_merge.h"
 
 #include <map>
+#include <set>
 
 namespace k8s4r::kube_sim {
 
@@ -187,6 +188,12 @@ struct Walk {
 
   // lhs and rhs may be null (absent).
   Result<void> diff(const json* node, const json* lhs, const json* rhs, FieldPath& at, Comparison& out) const {
+    // null beside a map or list counts as absent (structured-merge-diff
+    // dereferences it to no map), so the children are compared one by one.
+    if (lhs != nullptr && rhs != nullptr && lhs->is_null() != rhs->is_null()) {
+      const json& other = lhs->is_null() ? *rhs : *lhs;
+      if (other.is_object() || other.is_array()) (lhs->is_null() ? lhs : rhs) = nullptr;
+    }
     if (lhs == nullptr && rhs == nullptr) return ok();
     // An unchanged subtree adds nothing; most writes change a few leaves.
     if (lhs != nullptr && rhs != nullptr && *lhs == *rhs) return ok();
@@ -254,70 +261,115 @@ struct Walk {
 
   Result<json> merged(const json* node, const json& lhs, const json& rhs, FieldPath& at) const {
     if (at.size() > kMaxDepth) return too_deep(at);
+    // null in a configuration is an empty map or list to merge (it owns the
+    // field but takes nothing away), as structured-merge-diff reads it.
+    if (rhs.is_null() && (lhs.is_object() || lhs.is_array())) {
+      const auto shape = ApplySchema::shape_of(node, lhs);
+      if (shape == ApplySchema::Shape::granular_map || shape == ApplySchema::Shape::set_list ||
+          shape == ApplySchema::Shape::map_list) {
+        return lhs;
+      }
+    }
     if (kind_of(lhs) != kind_of(rhs)) return rhs;
     const auto shape = ApplySchema::shape_of(node, rhs);
     if (shape == ApplySchema::Shape::granular_map) {
-      json out = lhs;
+      json out = json::object();
+      for (const auto& [key, value] : lhs.items()) {
+        if (!rhs.contains(key)) out[key] = value;
+      }
       for (const auto& [key, value] : rhs.items()) {
         Descend child_at(at, "f:" + key);
         auto child = schema.child(node, key);
         if (!child) return Error{path_string(at), child.error().message};
-        if (!lhs.contains(key)) {
+        auto live = lhs.find(key);
+        if (live == lhs.end()) {
           out[key] = value;
           continue;
         }
-        auto item = merged(child.value().schema, lhs[key], value, at);
+        auto item = merged(child.value().schema, *live, value, at);
         if (!item) return item;
         out[key] = std::move(item).value();
       }
       return out;
     }
     if (shape != ApplySchema::Shape::set_list && shape != ApplySchema::Shape::map_list) return rhs;
-    // structured-merge-diff's order: walk both lists; an item in both is
-    // merged where the config has it, live-only items stay where they were.
+    return merged_list(node, shape, lhs, rhs, at);
+  }
+
+  // structured-merge-diff's visitListItems, step for step: items in both
+  // lists follow the configuration's order, live-only items stay next to the
+  // live items they followed.
+  Result<json> merged_list(const json* node, ApplySchema::Shape shape, const json& lhs, const json& rhs,
+                           FieldPath& at) const {
     std::vector<std::string> left_order, right_order;
     auto left = index_items(node, shape, lhs, &left_order);
     if (!left) return Error{path_string(at), left.error().message};
     auto right = index_items(node, shape, rhs, &right_order);
     if (!right) return Error{path_string(at), right.error().message};
-    json out = json::array();
-    std::map<std::string, bool> done;
+    const auto& in_left = left.value();
+    const auto& in_right = right.value();
     const json* items = ApplySchema::items_of(node);
-    const auto take = [&](const std::string& element) -> Result<void> {
-      done[element] = true;
-      auto l = left.value().find(element);
-      auto r = right.value().find(element);
-      if (r == right.value().end()) {
+
+    std::vector<std::string> shared;
+    for (const std::string& element : right_order) {
+      if (in_left.count(element)) shared.push_back(element);
+    }
+    std::size_t next_shared = 0;  // shared[next_shared] is the next item both lists hold
+    const auto is_next_shared = [&](const std::string& element) {
+      return next_shared < shared.size() && shared[next_shared] == element;
+    };
+    std::set<std::string> merged_right;
+    json out = json::array();
+    const auto take = [&](const std::string& element, bool from_right) -> Result<void> {
+      auto l = in_left.find(element);
+      if (!from_right) {
         out.push_back(*l->second);
-      } else if (l == left.value().end()) {
-        out.push_back(*r->second);
-      } else {
-        Descend item_at(at, element);
-        auto item = merged(items, *l->second, *r->second, at);
-        if (!item) return item.error();
-        out.push_back(std::move(item).value());
+        return ok();
       }
+      const json& config = *in_right.at(element);
+      if (l == in_left.end()) {
+        out.push_back(config);
+        return ok();
+      }
+      Descend item_at(at, element);
+      auto item = merged(items, *l->second, config, at);
+      if (!item) return item.error();
+      out.push_back(std::move(item).value());
       return ok();
     };
-    std::size_t li = 0, ri = 0;
-    while (li < left_order.size() || ri < right_order.size()) {
-      if (li < left_order.size() && done.count(left_order[li])) {
-        ++li;
-        continue;
+    const std::size_t left_size = left_order.size(), right_size = right_order.size();
+    for (std::size_t li = 0, ri = 0; li < left_size || ri < right_size;) {
+      if (li < left_size && ri < right_size) {
+        const std::string& element = left_order[li];
+        if (element == right_order[ri]) {
+          merged_right.insert(element);
+          if (auto result = take(element, true); !result) return result.error();
+          ++li;
+          ++ri;
+          if (next_shared < shared.size()) ++next_shared;
+          continue;
+        }
+        if (in_right.count(element) && next_shared < shared.size() && !is_next_shared(element)) {
+          ++li;  // a shared item, but not the one wanted in this round
+          continue;
+        }
       }
-      if (ri < right_order.size() && done.count(right_order[ri])) {
+      if (li < left_size) {
+        const std::string& element = left_order[li];
+        if (!in_right.count(element)) {
+          if (auto result = take(element, false); !result) return result.error();
+          ++li;
+          continue;
+        }
+        if (merged_right.count(element)) ++li;  // merged already
+      }
+      if (ri < right_size) {
+        const std::string& element = right_order[ri];
+        merged_right.insert(element);
+        if (auto result = take(element, true); !result) return result.error();
         ++ri;
-        continue;
+        if (is_next_shared(element)) ++next_shared;
       }
-      if (li < left_order.size() && (ri >= right_order.size() || !right.value().count(left_order[li]))) {
-        if (auto result = take(left_order[li++]); !result) return result.error();
-        continue;
-      }
-      if (ri < right_order.size()) {
-        if (auto result = take(right_order[ri++]); !result) return result.error();
-        continue;
-      }
-      ++li;  // a live item the config has too, already placed
     }
     return out;
   }

@@ -187,9 +187,8 @@ ApiResponse Store::update_locked(const Target& target, const std::string& name, 
   }
 
   std::vector<std::string> warnings;
-  // [{}] asks for managedFields to be reset, before anything validates them.
-  if (!status_subresource && resets_managed_fields(updated["metadata"]))
-    updated["metadata"]["managedFields"] = json::array();
+  if (!status_subresource && !options.managed_fields_set)
+    settle_request_managed_fields(updated["metadata"], &old_metadata);
   if (!status_subresource) prepare_for_update(type, updated, existing);
   std::vector<FieldCause> causes = validate_builtin(type, updated, &existing);
   for (FieldCause& cause : validate_object_meta(updated["metadata"], meta_rules(type))) causes.push_back(cause);
