@@ -278,8 +278,10 @@ TEST(ManagedFieldsTest, DecodingRefusesWhatTheRealServerRefuses) {
 }
 
 TEST(ManagedFieldsTest, ObjectsNestedPastTheLimitAreAnErrorNotACrash) {
-  json deep = "leaf";
-  for (int i = 0; i < 5000; ++i) deep = json{{"a", deep}};
+  json deep = json::object();
+  json* at = &deep;
+  for (int i = 0; i < 5000; ++i) at = &(*at)["a"];  // built in place: no copies of the growing document
+  *at = "leaf";
   ApplySchema deduced(nullptr, false);
   EXPECT_FALSE(field_set_of(deduced, deep).has_value());
   EXPECT_FALSE(compare(deduced, json::object(), deep).has_value());
@@ -338,7 +340,9 @@ TEST(ManagedFieldsTest, DecodingKeepsOneEntryPerWriterAndBoundsNesting) {
   EXPECT_TRUE(decoded.value()[0].fields.has({"f:b"}));
 
   json deep = json::object();
-  for (int i = 0; i < 3000; ++i) deep = json{{"f:" + std::string(200, 'x'), deep}};
+  json* at = &deep;
+  for (int i = 0; i < 3000; ++i) at = &(*at)["f:" + std::string(200, 'x')];
+  *at = json::object();
   EXPECT_FALSE(FieldSet::from_fields_v1(deep).has_value());
   EXPECT_FALSE(FieldSet::from_fields_v1(json::parse(R"({"k:not json":{}})")).has_value());
 }
