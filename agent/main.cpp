@@ -3,10 +3,10 @@
 // SIGINT begin a graceful shutdown.
 #include "k8s4r/agent/agent.h"
 #include "k8s4r/agent/config.h"
-#include "k8s4r/agent/event_loop.h"
 #include "k8s4r/agent/mqtt_link.h"
 #include "k8s4r/common/messages.h"
 #include "k8s4r/common/topics.h"
+#include "k8s4r/daemon/event_loop.h"
 
 #include <curl/curl.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   settings.ca_file = config.ca_file;
 
   try {
-    EventLoop loop;
+    daemon::EventLoop loop;
     Agent agent(
         config, loop, [&settings](MqttLinkEvents events) { return make_paho_link(settings, std::move(events)); },
         hooks);

@@ -33,7 +33,7 @@ fi
 # controllers and HTTP layer, also as the server the client tests start), the
 # Kubernetes client and informer, and the agent's monitor and event loop.
 if [[ ${K8S4R_SKIP_TSAN:-0} != 1 ]]; then
-  tsan_targets=(k8s4r_kube_sim_tests k8s4r_kube_client_tests k8s4r_agent_tests k8s4r-kube-sim)
+  tsan_targets=(k8s4r_daemon_tests k8s4r_kube_sim_tests k8s4r_kube_client_tests k8s4r_agent_tests k8s4r-kube-sim)
   log "building in build-tsan (ThreadSanitizer): ${tsan_targets[*]}"
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
@@ -41,7 +41,7 @@ if [[ ${K8S4R_SKIP_TSAN:-0} != 1 ]]; then
     -DK8S4R_WERROR=ON -DK8S4R_TSAN=ON >/dev/null
   cmake --build "$REPO_ROOT/build-tsan" -j "$(nproc)" --target "${tsan_targets[@]}"
   log "multi-threaded tests (ThreadSanitizer)"
-  for binary in k8s4r_kube_sim_tests k8s4r_kube_client_tests k8s4r_agent_tests; do
+  for binary in k8s4r_daemon_tests k8s4r_kube_sim_tests k8s4r_kube_client_tests k8s4r_agent_tests; do
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$REPO_ROOT/build-tsan/tests/$binary" --gtest_brief=1
   done
 fi

@@ -86,7 +86,7 @@ std::optional<std::string> readable_task_uid(const std::string& payload) {
 
 }  // namespace
 
-Agent::Agent(AgentConfig config, EventLoop& loop, LinkFactory make_link, AgentHooks hooks)
+Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link, AgentHooks hooks)
     : config_(std::move(config)), loop_(loop), hooks_(std::move(hooks)) {
   std::error_code error;
   fs::create_directories(fs::path(config_.work_dir) / "tasks", error);
@@ -687,9 +687,9 @@ void Agent::restore() {
 
     if (dispatch && entry.pid > 0 && same_process_running(entry.pid, entry.process_start)) {
       // Watch it again until it ends; its timeout still counts from its start.
-      auto started = EventLoop::Clock::now();
+      auto started = daemon::EventLoop::Clock::now();
       if (task.started_at)
-        started -= std::chrono::duration_cast<EventLoop::Clock::duration>(now_utc() - *task.started_at);
+        started -= std::chrono::duration_cast<daemon::EventLoop::Clock::duration>(now_utc() - *task.started_at);
       if (monitor_->adopt(uid, entry.pid, started, task.spec.timeout, kill_timeout_of(task))) {
         task.phase = Phase::running;
         task.pid = entry.pid;
@@ -774,7 +774,7 @@ void Agent::check_shutdown_progress() {
     if (task.phase != Phase::finished) return;  // waiting for exits
   }
   if (!flush_deadline_) {
-    flush_deadline_ = EventLoop::Clock::now() + kFlushTimeout;
+    flush_deadline_ = daemon::EventLoop::Clock::now() + kFlushTimeout;
     loop_.at(*flush_deadline_, [this] { finish_shutdown(); });
   }
   if (queue_->size() == 0 || !connected_) finish_shutdown();

@@ -58,9 +58,9 @@ class AgentTest : public ::testing::Test {
 
   // Runs the loop until `done` holds (checked every millisecond) or 10 s pass.
   bool run_until(const std::function<bool()>& done) {
-    const auto deadline = EventLoop::Clock::now() + 10s;
+    const auto deadline = daemon::EventLoop::Clock::now() + 10s;
     std::function<void()> check = [&] {
-      if (done() || EventLoop::Clock::now() > deadline) return loop_.stop();
+      if (done() || daemon::EventLoop::Clock::now() > deadline) return loop_.stop();
       loop_.after(1ms, check);
     };
     loop_.post(check);
@@ -82,7 +82,7 @@ class AgentTest : public ::testing::Test {
 
   testing::TempDir temp_;
   AgentConfig config_;
-  EventLoop loop_;
+  daemon::EventLoop loop_;
   FakeLink* link_ = nullptr;
   std::unique_ptr<Agent> agent_;
 };

@@ -18,13 +18,13 @@
 
 #include "k8s4r/agent/artifacts.h"
 #include "k8s4r/agent/config.h"
-#include "k8s4r/agent/event_loop.h"
 #include "k8s4r/agent/journal.h"
 #include "k8s4r/agent/monitor.h"
 #include "k8s4r/agent/mqtt_link.h"
 #include "k8s4r/agent/report_queue.h"
 #include "k8s4r/agent/restart_tracker.h"
 #include "k8s4r/common/messages.h"
+#include "k8s4r/daemon/event_loop.h"
 
 #include <functional>
 #include <map>
@@ -49,7 +49,7 @@ class Agent {
 
   // Opens the work dir, the journal and the report queue; throws
   // std::runtime_error naming what is unusable.
-  Agent(AgentConfig config, EventLoop& loop, LinkFactory make_link, AgentHooks hooks = {});
+  Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link, AgentHooks hooks = {});
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -80,7 +80,7 @@ class Agent {
     // Set when the agent stopped it: an exit already on its way to the loop
     // must then not lead to a restart.
     std::optional<StopReason> stop_requested;
-    EventLoop::TimerId restart_timer = 0;
+    daemon::EventLoop::TimerId restart_timer = 0;
     std::optional<Timestamp> started_at;
     std::optional<TaskStatus> last_report;
     std::int64_t last_seq = 0;
@@ -127,7 +127,7 @@ class Agent {
   void prune_finished();
 
   AgentConfig config_;
-  EventLoop& loop_;
+  daemon::EventLoop& loop_;
   AgentHooks hooks_;
   std::unique_ptr<Journal> journal_;
   std::unique_ptr<ReportQueue> queue_;
@@ -141,14 +141,14 @@ class Agent {
   bool registered_ = false;
   std::uint64_t generation_ = 0;  // counts connections; stale completions are ignored
   std::chrono::milliseconds reconnect_backoff_{0}, register_backoff_{0};
-  EventLoop::TimerId reconnect_timer_ = 0, register_timer_ = 0, heartbeat_timer_ = 0, retry_drain_timer_ = 0;
+  daemon::EventLoop::TimerId reconnect_timer_ = 0, register_timer_ = 0, heartbeat_timer_ = 0, retry_drain_timer_ = 0;
   std::set<std::uint64_t> in_flight_;
   std::uint64_t last_finished_order_ = 0;
   Timestamp connected_at_{};
 
   bool shutting_down_ = false;
   bool shutdown_finished_ = false;
-  std::optional<EventLoop::Clock::time_point> flush_deadline_;
+  std::optional<daemon::EventLoop::Clock::time_point> flush_deadline_;
 };
 
 }  // namespace k8s4r::agent

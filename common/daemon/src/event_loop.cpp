@@ -1,4 +1,4 @@
-#include "k8s4r/agent/event_loop.h"
+#include "k8s4r/daemon/event_loop.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace k8s4r::agent {
+namespace k8s4r::daemon {
 
 EventLoop::EventLoop() {
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -108,4 +108,4 @@ void EventLoop::run() {
   }
 }
 
-}  // namespace k8s4r::agent
+}  // namespace k8s4r::daemon

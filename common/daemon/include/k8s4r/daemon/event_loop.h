@@ -1,9 +1,9 @@
-// The agent's main loop: one thread that owns all task state and runs, in
-// order, the work other threads post to it (MQTT callbacks, process exits,
-// finished downloads), timers (heartbeat, register retry, restart delays,
-// watchdog), and handlers of readable file descriptors (a signalfd for
-// SIGTERM). It sleeps in poll() until the nearest timer or a wake-up, so an
-// idle agent uses no CPU between heartbeats.
+// A daemon's main loop (the agent's; the bridge's next): one thread that
+// owns the daemon's state and runs, in order, the work other threads post to
+// it (MQTT callbacks, process exits, finished downloads), timers (heartbeat,
+// register retry, restart delays, watchdog), and handlers of readable file
+// descriptors (a signalfd for SIGTERM). It sleeps in poll() until the nearest
+// timer or a wake-up, so an idle daemon uses no CPU between heartbeats.
 //
 // Threading: post() and stop() may be called from any thread; everything else
 // only from the loop's own thread (from inside posted work or handlers), or
@@ -18,7 +18,7 @@
 #include <mutex>
 #include <vector>
 
-namespace k8s4r::agent {
+namespace k8s4r::daemon {
 
 class EventLoop {
  public:
@@ -57,4 +57,4 @@ class EventLoop {
   std::vector<std::pair<int, std::function<void()>>> watched_;
 };
 
-}  // namespace k8s4r::agent
+}  // namespace k8s4r::daemon

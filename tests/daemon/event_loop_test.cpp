@@ -1,11 +1,11 @@
-#include "k8s4r/agent/event_loop.h"
+#include "k8s4r/daemon/event_loop.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
 
-namespace k8s4r::agent {
+namespace k8s4r::daemon {
 namespace {
 
 TEST(EventLoop, RunsTimersInDeadlineOrderAndSkipsCancelledOnes) {
@@ -48,4 +48,4 @@ TEST(EventLoop, ATimerMayScheduleAnother) {
 }
 
 }  // namespace
-}  // namespace k8s4r::agent
+}  // namespace k8s4r::daemon
