@@ -347,5 +347,13 @@ TEST(ManagedFieldsTest, DecodingKeepsOneEntryPerWriterAndBoundsNesting) {
   EXPECT_FALSE(FieldSet::from_fields_v1(json::parse(R"({"k:not json":{}})")).has_value());
 }
 
+TEST(ManagedFieldsTest, MetadataTheStoreKeepsIsTrackedEvenWhereObjectMetaDoesNotDeclareIt) {
+  json created = widget({{"size", 1}});
+  created["metadata"]["custom"] = "kept";
+  auto managed = track_update(widgets(), nullptr, created, {}, kApplier, kMainResource, "T1");
+  ASSERT_TRUE(managed.has_value()) << managed.error().to_string();
+  EXPECT_TRUE(managed.value()[0].fields.has({"f:metadata", "f:custom"}));
+}
+
 }  // namespace
 }  // namespace k8s4r::kube_sim

@@ -21,17 +21,20 @@ using nlohmann::json;
 
 namespace {
 
-// At most this many values come out of one YAML document: aliases can
-// repeat a node exponentially ("billion laughs"), as go-yaml refuses with
-// "excessive aliasing".
-constexpr std::size_t kMaxYamlValues = 100000;
+// Bounds the work of reading one YAML document (values, weighted by their
+// depth): aliases can repeat a node exponentially ("billion laughs"), as
+// go-yaml refuses with "excessive aliasing".
+constexpr std::size_t kMaxYamlValues = 1000000;
 
 // A YAML node as JSON, with YAML 1.1's plain-scalar types as sigs.k8s.io/yaml
 // reads them; quoted scalars stay strings. `path` holds the nodes above: an
 // alias to one of them would recurse forever (yaml-cpp builds `&x [*x]` as a
 // node that contains itself).
 json yaml_to_json(const YAML::Node& node, std::vector<YAML::Node>& path, std::size_t& values) {
-  if (++values > kMaxYamlValues) throw std::length_error("excessive aliasing");
+  // Each value counts once plus once per node above it (the cycle check
+  // below looks at each), so deep nesting cannot make the check quadratic.
+  values += 1 + path.size();
+  if (values > kMaxYamlValues) throw std::length_error("excessive aliasing");
   for (const YAML::Node& above : path) {
     if (above.is(node)) throw std::length_error("an alias refers to a node that contains it");
   }
@@ -208,8 +211,8 @@ void Store::track_fields(const Target& target, json& object, const json* existin
   set_managed(object, tracked.value());
 }
 
-ApiResponse Store::apply_locked(const Target& target, const std::string& name, const std::string& patch,
-                                bool status_subresource, const WriteOptions& options) {
+std::variant<json, ApiResponse> Store::apply_config_of(const Target& target, const std::string& name,
+                                                       const std::string& patch) {
   const ResourceType& type = target.type;
   auto parsed = parse_apply_body(patch);
   if (auto* error = std::get_if<std::string>(&parsed)) return bad_request("error decoding YAML: " + *error);
@@ -227,15 +230,17 @@ ApiResponse Store::apply_locked(const Target& target, const std::string& name, c
   if (api_version != type.api_version() || kind != type.kind)
     return bad_request("invalid object type: " + gvk_string(api_version, kind));
   if (auto error = decode_errors(type, config, false)) return *error;
-  const json& metadata = metadata_of(config);
-  const std::string body_name = string_at(metadata, "name");
-  if (!body_name.empty() && body_name != name) {
-    return bad_request("the name of the object (" + body_name + ") does not match the name on the URL (" + name + ")");
-  }
+  if (auto mismatch =
+          check_name_and_namespace(metadata_of(config), name, type, type.namespaced ? target.namespace_ : ""))
+    return *mismatch;
+  return config;
+}
+
+ApiResponse Store::apply_locked(const Target& target, const std::string& name, json config, bool status_subresource,
+                                const WriteOptions& options) {
+  const ResourceType& type = target.type;
+  const std::string body_name = string_at(metadata_of(config), "name");
   const std::string namespace_ = type.namespaced ? target.namespace_ : "";
-  const std::string body_namespace = string_at(metadata, "namespace");
-  if (type.namespaced && !body_namespace.empty() && body_namespace != namespace_)
-    return bad_request("the namespace of the provided object does not match the namespace sent on the request");
 
   Resource* resource = resource_of(type);
   if (resource == nullptr) return not_found_path(type.key());

@@ -10,7 +10,6 @@
 #include "k8s4r/kube_sim/resource_type.h"
 
 #include <map>
-#include <mutex>
 
 namespace k8s4r::kube_sim {
 
@@ -102,19 +101,16 @@ const json& object_meta_schema() {
 
 ApplySchema apply_schema_for(const ResourceType& type) {
   if (!type.builtin) return ApplySchema(type.schema, type.schema != nullptr);
-  // Built-ins are parsed once per kind and shared.
-  static std::mutex mutex;
-  static auto* parsed = new std::map<std::string, std::shared_ptr<const json>>();
-  const std::string key = type.group + "/" + type.kind;
-  std::lock_guard lock(mutex);
-  auto found = parsed->find(key);
-  if (found == parsed->end()) {
-    auto text = builtin_schemas().find(key);
-    auto schema = std::make_shared<const json>(text == builtin_schemas().end() ? json{{"type", "object"}}
-                                                                               : json::parse(text->second));
-    found = parsed->emplace(key, std::move(schema)).first;
-  }
-  return ApplySchema(found->second, false);
+  // Built-in kinds are fixed: parsed once, shared by every write.
+  static const auto* parsed = [] {
+    auto* out = new std::map<std::string, std::shared_ptr<const json>>();
+    for (const auto& [key, text] : builtin_schemas())
+      out->emplace(key, std::make_shared<const json>(json::parse(text)));
+    return out;
+  }();
+  static const auto any_object = std::make_shared<const json>(json{{"type", "object"}});
+  auto found = parsed->find(type.group + "/" + type.kind);
+  return ApplySchema(found == parsed->end() ? any_object : found->second, false);
 }
 
 }  // namespace k8s4r::kube_sim

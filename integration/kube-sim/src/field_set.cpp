@@ -13,25 +13,24 @@ void FieldSet::insert(const FieldPath& path) {
   node->member = true;
 }
 
-bool FieldSet::has(const FieldPath& path) const {
-  if (path.empty()) return false;
+const FieldSet::Node* FieldSet::find(const FieldPath& path) const {
   const Node* node = &root_;
   for (const std::string& element : path) {
     auto found = node->children.find(element);
-    if (found == node->children.end()) return false;
+    if (found == node->children.end()) return nullptr;
     node = &found->second;
   }
-  return node->member;
+  return node;
+}
+
+bool FieldSet::has(const FieldPath& path) const {
+  const Node* node = path.empty() ? nullptr : find(path);
+  return node != nullptr && node->member;
 }
 
 bool FieldSet::touches(const FieldPath& path) const {
-  const Node* node = &root_;
-  for (const std::string& element : path) {
-    auto found = node->children.find(element);
-    if (found == node->children.end()) return false;
-    node = &found->second;
-  }
-  return node != &root_ || !root_.children.empty();
+  const Node* node = find(path);
+  return node != nullptr && (node != &root_ || !root_.children.empty());
 }
 
 void FieldSet::add(Node& into, const Node& from) {

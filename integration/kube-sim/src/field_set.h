@@ -57,6 +57,7 @@ class FieldSet {
     std::map<std::string, Node> children;
     bool operator==(const Node&) const = default;
   };
+  const Node* find(const FieldPath& path) const;  // the node at `path`, or null
   static void add(Node& into, const Node& from);
   static bool subtract(Node& from, const Node& remove);  // true when `from` is left empty
   static Node intersect(const Node& a, const Node& b);

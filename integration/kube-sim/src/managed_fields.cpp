@@ -52,32 +52,43 @@ void drop_empty(ManagedFields& managed) {
 // The oldest Update entries merge into one "ancient-changes" entry per
 // apiVersion until at most ten are left.
 void cap_updates(ManagedFields& managed) {
-  const auto count = [&] {
-    return std::count_if(managed.begin(), managed.end(), [](const ManagedFieldsEntry& e) { return !e.apply; });
-  };
-  while (static_cast<std::size_t>(count()) > kMaxUpdateEntries) {
-    std::vector<std::size_t> updates;
-    for (std::size_t i = 0; i < managed.size(); ++i) {
-      if (!managed[i].apply && managed[i].manager != "ancient-changes") updates.push_back(i);
+  std::size_t updates = static_cast<std::size_t>(
+      std::count_if(managed.begin(), managed.end(), [](const ManagedFieldsEntry& e) { return !e.apply; }));
+  if (updates <= kMaxUpdateEntries) return;
+  std::vector<std::size_t> oldest_first;
+  std::map<std::string, std::size_t> buckets;  // apiVersion -> its "ancient-changes" entry
+  for (std::size_t i = 0; i < managed.size(); ++i) {
+    if (managed[i].apply) continue;
+    if (managed[i].manager == "ancient-changes") {
+      buckets.emplace(managed[i].api_version, i);
+    } else {
+      oldest_first.push_back(i);
     }
-    if (updates.empty()) return;
-    const std::size_t oldest = *std::min_element(updates.begin(), updates.end(), [&](std::size_t a, std::size_t b) {
-      return managed[a].time < managed[b].time;
-    });
-    ManagedFieldsEntry entry = std::move(managed[oldest]);
-    managed.erase(managed.begin() + static_cast<std::ptrdiff_t>(oldest));
-    auto bucket = std::find_if(managed.begin(), managed.end(), [&](const ManagedFieldsEntry& e) {
-      return !e.apply && e.manager == "ancient-changes" && e.api_version == entry.api_version;
-    });
-    if (bucket == managed.end()) {
+  }
+  std::stable_sort(oldest_first.begin(), oldest_first.end(),
+                   [&](std::size_t a, std::size_t b) { return managed[a].time < managed[b].time; });
+  std::vector<bool> merged(managed.size(), false);
+  for (std::size_t i : oldest_first) {
+    if (updates <= kMaxUpdateEntries) break;
+    ManagedFieldsEntry& entry = managed[i];
+    auto bucket = buckets.find(entry.api_version);
+    if (bucket == buckets.end()) {  // the oldest of its version becomes the bucket
       entry.manager = "ancient-changes";
       entry.subresource.clear();
-      managed.push_back(std::move(entry));
+      buckets.emplace(entry.api_version, i);
       continue;
     }
-    bucket->fields.add(entry.fields);
-    bucket->time = std::max(bucket->time, entry.time);
+    ManagedFieldsEntry& into = managed[bucket->second];
+    into.fields.add(entry.fields);
+    into.time = std::max(into.time, entry.time);
+    merged[i] = true;
+    --updates;
   }
+  ManagedFields kept;
+  for (std::size_t i = 0; i < managed.size(); ++i) {
+    if (!merged[i]) kept.push_back(std::move(managed[i]));
+  }
+  managed = std::move(kept);
 }
 
 }  // namespace
@@ -96,6 +107,9 @@ std::string ManagedFieldsEntry::label() const {
 
 Result<ManagedFields> decode_managed_fields(const json& entries) {
   ManagedFields out;
+  // Writer identity -> its entry in `out`: one per writer, as the real
+  // decoder keeps them in a map (a later duplicate replaces the earlier).
+  std::map<std::tuple<std::string, bool, std::string, std::string>, std::size_t> by_writer;
   if (entries.is_null()) return out;
   if (!entries.is_array()) return Error{"metadata.managedFields", "must be a list"};
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -121,12 +135,12 @@ Result<ManagedFields> decode_managed_fields(const json& entries) {
     auto fields = FieldSet::from_fields_v1(item.contains("fieldsV1") ? item["fieldsV1"] : json::object());
     if (!fields) return fields.error().within(at);
     entry.fields = std::move(fields).value();
-    // One entry per writer: a later duplicate replaces the earlier one, as
-    // the real decoder keeps them in a map.
-    auto same = std::find_if(out.begin(), out.end(), [&](const ManagedFieldsEntry& e) { return e.same_writer(entry); });
-    if (same != out.end()) {
-      *same = std::move(entry);
+    const auto writer =
+        std::make_tuple(entry.manager, entry.apply, entry.apply ? "" : entry.api_version, entry.subresource);
+    if (auto same = by_writer.find(writer); same != by_writer.end()) {
+      out[same->second] = std::move(entry);
     } else {
+      by_writer.emplace(writer, out.size());
       out.push_back(std::move(entry));
     }
   }

@@ -131,6 +131,18 @@ Result<FieldSelector> checked_field_selector(const ResourceType& type, const std
 
 // A body naming another apiVersion or kind than the URL is refused, as
 // kube-apiserver does; one naming none is taken to mean the URL's.
+std::optional<ApiResponse> check_name_and_namespace(const json& metadata, const std::string& name,
+                                                    const ResourceType& type, const std::string& namespace_) {
+  const std::string body_name = string_at(metadata, "name");
+  if (!body_name.empty() && body_name != name) {
+    return bad_request("the name of the object (" + body_name + ") does not match the name on the URL (" + name + ")");
+  }
+  const std::string body_namespace = string_at(metadata, "namespace");
+  if (type.namespaced && !body_namespace.empty() && body_namespace != namespace_)
+    return bad_request("the namespace of the provided object does not match the namespace sent on the request");
+  return std::nullopt;
+}
+
 std::optional<ApiResponse> check_type_meta(const json& body, const ResourceType& type) {
   const std::string api_version = string_at(body, "apiVersion");
   const std::string kind = string_at(body, "kind");

@@ -61,6 +61,11 @@ std::optional<std::uint64_t> parse_version(const std::string& text);
 // type's selectable fields; others are "field label not supported".
 Result<FieldSelector> checked_field_selector(const ResourceType& type, const std::string& text);
 
+// 400 when a written object's metadata names another object than the URL:
+// its name (when it has one) or its namespace.
+std::optional<ApiResponse> check_name_and_namespace(const nlohmann::json& metadata, const std::string& name,
+                                                    const ResourceType& type, const std::string& namespace_);
+
 // 400 when the body names another apiVersion or kind than the URL.
 std::optional<ApiResponse> check_type_meta(const nlohmann::json& body, const ResourceType& type);
 

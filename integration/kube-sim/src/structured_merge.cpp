@@ -43,6 +43,9 @@ std::string element_json(const json& value) {
 // depth no real object reaches, so a hostile one cannot exhaust the stack.
 constexpr std::size_t kMaxDepth = 1000;
 
+// Above this depth, compare() checks a subtree for equality before walking it.
+constexpr std::size_t kCompareWholeAbove = 6;
+
 // One step down `at`, undone when it goes out of scope: the walks share one
 // path instead of copying it at every level.
 struct Descend {
@@ -101,7 +104,9 @@ Result<ApplySchema::Child> ApplySchema::child(const json* schema, const std::str
     if (additional.is_boolean() && additional.get<bool>()) return Child{nullptr, false};
   }
   if (flag(schema, "x-kubernetes-preserve-unknown-fields")) return Child{nullptr, false};
-  if (strict_) return Error{"", "field not declared in schema"};
+  // metadata holds what the store keeps there, known to ObjectMeta or not:
+  // tracking must not fail on it.
+  if (strict_ && schema != &object_meta_schema()) return Error{"", "field not declared in schema"};
   return Child{nullptr, at_root};
 }
 
@@ -196,7 +201,9 @@ struct Walk {
     }
     if (lhs == nullptr && rhs == nullptr) return ok();
     // An unchanged subtree adds nothing; most writes change a few leaves.
-    if (lhs != nullptr && rhs != nullptr && *lhs == *rhs) return ok();
+    // Only near the top: every level's check reads the subtree below it, so
+    // checking at every level of a deep document would cost depth x size.
+    if (at.size() < kCompareWholeAbove && lhs != nullptr && rhs != nullptr && *lhs == *rhs) return ok();
     if (at.size() > kMaxDepth) return too_deep(at);
     const json& some = rhs != nullptr ? *rhs : *lhs;
     const auto leaf = [&] {

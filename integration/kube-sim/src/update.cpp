@@ -105,14 +105,7 @@ ApiResponse Store::update_locked(const Target& target, const std::string& name, 
   if (type.api_version() != resource->storage_version) body = convert(body, storage_type(*resource));
   if (!body.contains("metadata") || !body["metadata"].is_object()) body["metadata"] = json::object();
   json& metadata = body["metadata"];
-  const std::string body_name = string_at(metadata, "name");
-  if (!body_name.empty() && body_name != name) {
-    return bad_request("the name of the object (" + body_name + ") does not match the name on the URL (" + name + ")");
-  }
-  const std::string body_namespace = string_at(metadata, "namespace");
-  if (type.namespaced && !body_namespace.empty() && body_namespace != namespace_) {
-    return bad_request("the namespace of the provided object does not match the namespace sent on the request");
-  }
+  if (auto mismatch = check_name_and_namespace(metadata, name, type, namespace_)) return *mismatch;
   const std::string body_version = string_at(metadata, "resourceVersion");
   if (body_version.empty() && !type.builtin && !from_patch) {
     return invalid(
@@ -221,8 +214,11 @@ ApiResponse Store::patch(const Target& target, const std::string& name, PatchTyp
                          bool status_subresource, const WriteOptions& options) {
   const ResourceType& type = target.type;
   if (patch_type == PatchType::apply) {
+    // Decoded and checked before the lock: YAML can be costly to read.
+    auto config = apply_config_of(target, name, patch);
+    if (auto* error = std::get_if<ApiResponse>(&config)) return *error;
     std::lock_guard lock(mutex_);
-    ApiResponse response = apply_locked(target, name, patch, status_subresource, options);
+    ApiResponse response = apply_locked(target, name, std::get<json>(std::move(config)), status_subresource, options);
     run_controllers_locked();
     return response;
   }

@@ -31,6 +31,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace k8s4r::kube_sim {
@@ -206,9 +207,12 @@ class Store {
   static std::optional<ApiResponse> decode_errors(const ResourceType& type, const nlohmann::json& body,
                                                   bool from_patch);
   ApiResponse create_locked(const Target& target, nlohmann::json body, const WriteOptions& options);
-  // Server-side apply (apply.cpp): merge, prune, conflicts; creates the
-  // object when it does not exist.
-  ApiResponse apply_locked(const Target& target, const std::string& name, const std::string& patch,
+  // Server-side apply (apply.cpp): the configuration in the body (JSON or
+  // YAML) as checked before anything is locked, then merge, prune,
+  // conflicts; creates the object when it does not exist.
+  static std::variant<nlohmann::json, ApiResponse> apply_config_of(const Target& target, const std::string& name,
+                                                                   const std::string& patch);
+  ApiResponse apply_locked(const Target& target, const std::string& name, nlohmann::json config,
                            bool status_subresource, const WriteOptions& options);
   // metadata.managedFields of `object` after this write (managed_fields.h);
   // `existing` null for a create.
