@@ -3,19 +3,15 @@
 // SIGINT begin a graceful shutdown.
 #include "k8s4r/agent/agent.h"
 #include "k8s4r/agent/config.h"
-#include "k8s4r/agent/mqtt_link.h"
 #include "k8s4r/common/messages.h"
 #include "k8s4r/common/topics.h"
 #include "k8s4r/daemon/event_loop.h"
+#include "k8s4r/daemon/process_glue.h"
+#include "k8s4r/mqtt/link.h"
 
 #include <curl/curl.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-#include <systemd/sd-daemon.h>
 
-#include <sys/signalfd.h>
-#include <unistd.h>
-#include <csignal>
 #include <cstdlib>
 #include <iostream>
 
@@ -32,29 +28,16 @@ int main(int argc, char** argv) {
     return outcome.exit_code;
   }
   const AgentConfig& config = *outcome.config;
-  spdlog::set_default_logger(spdlog::stderr_color_mt("k8s4r-agent"));
-  spdlog::set_level(spdlog::level::from_str(config.log_level));
-  // journald stamps each line itself; elsewhere a time helps.
-  spdlog::set_pattern(std::getenv("JOURNAL_STREAM") ? "[%l] %v" : "%Y-%m-%dT%H:%M:%S.%e [%l] %v");
-
-  // Before any thread starts, so every thread inherits the mask and only the
-  // signalfd sees these signals; posix_spawn gives children a clean mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
-  const int signal_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK);
+  daemon::setup_logging("k8s4r-agent", config.log_level);
+  daemon::StopSignals stop_signals;  // before any thread starts
   curl_global_init(CURL_GLOBAL_DEFAULT);
 
+  const daemon::Systemd systemd = daemon::systemd();
   AgentHooks hooks;
-  hooks.notify = [](const std::string& state) { sd_notify(0, state.c_str()); };
-  std::uint64_t watchdog_usec = 0;
-  if (sd_watchdog_enabled(0, &watchdog_usec) > 0)
-    hooks.watchdog_interval = std::chrono::microseconds(watchdog_usec / 2);
+  hooks.notify = systemd.notify;
+  hooks.watchdog_interval = systemd.watchdog_interval;
 
-  PahoSettings settings;
+  mqtt::LinkSettings settings;
   settings.broker_url = config.broker_url;
   settings.client_id = config.robot_id;
   if (!config.token.empty()) {
@@ -72,14 +55,11 @@ int main(int argc, char** argv) {
   try {
     daemon::EventLoop loop;
     Agent agent(
-        config, loop, [&settings](MqttLinkEvents events) { return make_paho_link(settings, std::move(events)); },
-        hooks);
-    loop.watch(signal_fd, [&] {
-      signalfd_siginfo info{};
-      while (read(signal_fd, &info, sizeof info) == sizeof info) {
-        spdlog::info("received {}", strsignal(static_cast<int>(info.ssi_signo)));
-        agent.shutdown();
-      }
+        config, loop,
+        [&settings](mqtt::LinkEvents events) { return mqtt::make_paho_link(settings, std::move(events)); }, hooks);
+    stop_signals.watch(loop, [&](const std::string& signal_name) {
+      spdlog::info("received {}", signal_name);
+      agent.shutdown();
     });
     agent.start();
     loop.run();

@@ -105,7 +105,7 @@ Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link,
                                       action.signal == SIGKILL ? "SIGKILL" : "SIGTERM", to_string(action.reason),
                                       std::chrono::duration_cast<std::chrono::microseconds>(lateness).count());
                        }});
-  MqttLinkEvents events;
+  mqtt::LinkEvents events;
   events.connected = [this] { loop_.post([this] { on_connected(); }); };
   events.connect_failed = [this](const std::string& cause) { loop_.post([this, cause] { on_connect_failed(cause); }); };
   events.connection_lost = [this](const std::string& cause) {
@@ -226,10 +226,10 @@ void Agent::subscribe() {
                    });
 }
 
-void Agent::publish_presence(bool online, Completion done) {
+void Agent::publish_presence(bool online, mqtt::Completion done) {
   Presence presence{config_.robot_id, online, connected_at_};
   link_->publish(topics::presence(config_.robot_id).value(), encode(presence), 1, true,
-                 done ? std::move(done) : Completion([](bool, const std::string&) {}));
+                 done ? std::move(done) : mqtt::Completion([](bool, const std::string&) {}));
 }
 
 void Agent::send_register() {

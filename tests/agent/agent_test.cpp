@@ -17,17 +17,17 @@ using namespace std::chrono_literals;
 
 struct Published {
   std::string topic, payload;
-  Completion done;
+  mqtt::Completion done;
 };
 
 // Runs on the agent's loop thread only, like every caller of the link.
-struct FakeLink final : MqttLink {
-  MqttLinkEvents events;
+struct FakeLink final : mqtt::Link {
+  mqtt::LinkEvents events;
   int connects = 0;
   std::vector<Published> published;
   void connect() override { ++connects; }
-  void subscribe(const std::vector<std::string>&, int, Completion done) override { done(true, ""); }
-  void publish(const std::string& topic, const std::string& payload, int, bool, Completion done) override {
+  void subscribe(const std::vector<std::string>&, int, mqtt::Completion done) override { done(true, ""); }
+  void publish(const std::string& topic, const std::string& payload, int, bool, mqtt::Completion done) override {
     published.push_back({topic, payload, std::move(done)});
   }
   void disconnect(std::chrono::milliseconds) override {}
@@ -47,7 +47,7 @@ class AgentTest : public ::testing::Test {
     config_.broker_url = "tcp://broker.invalid:1883";
     config_.robot_id = "robot-1";
     config_.work_dir = (temp_ / "work").string();
-    agent_ = std::make_unique<Agent>(config_, loop_, [this](MqttLinkEvents events) {
+    agent_ = std::make_unique<Agent>(config_, loop_, [this](mqtt::LinkEvents events) {
       auto link = std::make_unique<FakeLink>();
       link->events = std::move(events);
       link_ = link.get();
@@ -122,7 +122,7 @@ TEST_F(AgentTest, AnAcknowledgementFromAnEarlierConnectionIsIgnored) {
   link_->events.connected();
   dispatch("t-2", "/bin/true");
   ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 2; }));
-  Completion stale = link_->status_reports()[1]->done;
+  mqtt::Completion stale = link_->status_reports()[1]->done;
   link_->events.connection_lost("gone");
   ASSERT_TRUE(run_until([&] { return link_->connects == 2; }));
   link_->published.clear();

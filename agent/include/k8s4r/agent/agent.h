@@ -20,11 +20,11 @@
 #include "k8s4r/agent/config.h"
 #include "k8s4r/agent/journal.h"
 #include "k8s4r/agent/monitor.h"
-#include "k8s4r/agent/mqtt_link.h"
 #include "k8s4r/agent/report_queue.h"
 #include "k8s4r/agent/restart_tracker.h"
 #include "k8s4r/common/messages.h"
 #include "k8s4r/daemon/event_loop.h"
+#include "k8s4r/mqtt/link.h"
 
 #include <functional>
 #include <map>
@@ -45,7 +45,7 @@ struct AgentHooks {
 
 class Agent {
  public:
-  using LinkFactory = std::function<std::unique_ptr<MqttLink>(MqttLinkEvents)>;
+  using LinkFactory = std::function<std::unique_ptr<mqtt::Link>(mqtt::LinkEvents)>;
 
   // Opens the work dir, the journal and the report queue; throws
   // std::runtime_error naming what is unusable.
@@ -120,7 +120,7 @@ class Agent {
   // Reports
   void report(Task& task, TaskStatus status);
   void drain();
-  void publish_presence(bool online, Completion done);
+  void publish_presence(bool online, mqtt::Completion done);
   void check_shutdown_progress();
   void finish_shutdown();
   void save(const Task& task);
@@ -134,7 +134,7 @@ class Agent {
   std::map<std::string, Task> tasks_;
   std::unique_ptr<ArtifactWorker> artifacts_;
   std::unique_ptr<Monitor> monitor_;
-  std::unique_ptr<MqttLink> link_;
+  std::unique_ptr<mqtt::Link> link_;
 
   bool connected_ = false;
   bool ready_notified_ = false;

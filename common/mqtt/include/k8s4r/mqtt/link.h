@@ -1,9 +1,9 @@
-// The agent's one narrow view of MQTT, so the agent's logic can be driven by
-// a fake in unit tests and by Paho (MQTT 5) on a robot.
+// Every daemon's one narrow view of MQTT, so the agent's and the bridge's
+// logic can be driven by a fake in unit tests and by Paho (MQTT 5) for real.
 //
 // Threading: every method may be called from any thread and never blocks,
-// except disconnect(). Callbacks run on the link's own threads (Paho's); the
-// agent posts them to its event loop and returns at once.
+// except disconnect(). Callbacks run on the link's own threads (Paho's); a
+// daemon posts them to its event loop and returns at once.
 // Ownership: the link must outlive every callback it was given; destroying it
 // drops the connection without a clean disconnect.
 #pragma once
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-namespace k8s4r::agent {
+namespace k8s4r::mqtt {
 
-struct MqttLinkEvents {
+struct LinkEvents {
   std::function<void()> connected;
   std::function<void(const std::string& cause)> connect_failed;
   std::function<void(const std::string& cause)> connection_lost;
@@ -26,11 +26,11 @@ struct MqttLinkEvents {
 // Called once with whether the broker acknowledged (QoS 1: PUBACK or SUBACK).
 using Completion = std::function<void(bool ok, const std::string& error)>;
 
-class MqttLink {
+class Link {
  public:
-  virtual ~MqttLink() = default;
+  virtual ~Link() = default;
   // One connection attempt; ends in events.connected or events.connect_failed.
-  // The agent, not the link, decides when to try again.
+  // The daemon, not the link, decides when to try again.
   virtual void connect() = 0;
   virtual void subscribe(const std::vector<std::string>& filters, int qos, Completion done) = 0;
   virtual void publish(const std::string& topic, const std::string& payload, int qos, bool retain, Completion done) = 0;
@@ -39,19 +39,19 @@ class MqttLink {
   virtual void disconnect(std::chrono::milliseconds timeout) = 0;
 };
 
-struct PahoSettings {
+struct LinkSettings {
   std::string broker_url;
   std::string client_id;
   std::string username, password;  // empty: none
   std::string will_topic, will_payload;
   std::chrono::seconds keep_alive{30};
-  // A persistent session: the broker keeps the agent's subscriptions and the
-  // QoS 1 dispatches sent to it while it is away, for this long.
+  // A persistent session: the broker keeps the client's subscriptions and the
+  // QoS 1 messages sent to it while it is away, for this long.
   std::chrono::seconds session_expiry{24 * 3600};
   std::string ca_file;  // for ssl:// brokers; empty: the system's CAs
 };
 
 // Throws std::invalid_argument for a URL or client id Paho refuses (startup).
-std::unique_ptr<MqttLink> make_paho_link(const PahoSettings& settings, MqttLinkEvents events);
+std::unique_ptr<Link> make_paho_link(const LinkSettings& settings, LinkEvents events);
 
-}  // namespace k8s4r::agent
+}  // namespace k8s4r::mqtt

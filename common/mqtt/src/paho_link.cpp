@@ -1,7 +1,7 @@
-// MqttLink over Paho MQTT C++ (async_client, MQTT 5). Paho's own automatic
-// reconnect is off: the agent decides when to reconnect, so the first
-// connection and every later one follow the same backoff.
-#include "k8s4r/agent/mqtt_link.h"
+// mqtt::Link over Paho MQTT C++ (async_client, MQTT 5), connecting with
+// make_connect_options.
+#include "k8s4r/mqtt/connect_options.h"
+#include "k8s4r/mqtt/link.h"
 
 #include <mqtt/async_client.h>
 
@@ -9,29 +9,30 @@
 #include <mutex>
 #include <stdexcept>
 
-namespace k8s4r::agent {
+namespace k8s4r::mqtt {
 
 namespace {
 
-class PahoLink final : public MqttLink, private mqtt::iaction_listener {
+class PahoLink final : public Link, private ::mqtt::iaction_listener {
  public:
-  PahoLink(const PahoSettings& settings, MqttLinkEvents events)
+  PahoLink(const LinkSettings& settings, LinkEvents events)
       : settings_(settings),
         events_(std::move(events)),
-        // No Paho persistence: the agent keeps its own on-disk report queue.
-        client_(settings.broker_url, settings.client_id, mqtt::create_options(MQTTVERSION_5), nullptr) {
+        // No Paho persistence: what must survive a restart, each daemon keeps
+        // itself (the agent's report queue, the bridge's resources).
+        client_(settings.broker_url, settings.client_id, ::mqtt::create_options(MQTTVERSION_5), nullptr) {
     client_.set_connected_handler([this](const std::string&) {
       if (events_.connected) events_.connected();
     });
     client_.set_connection_lost_handler([this](const std::string& cause) {
       if (events_.connection_lost) events_.connection_lost(cause.empty() ? "connection lost" : cause);
     });
-    client_.set_disconnected_handler([this](const mqtt::properties&, mqtt::ReasonCode code) {
+    client_.set_disconnected_handler([this](const ::mqtt::properties&, ::mqtt::ReasonCode code) {
       if (events_.connection_lost) {
         events_.connection_lost("the broker disconnected us, reason code " + std::to_string(static_cast<int>(code)));
       }
     });
-    client_.set_message_callback([this](mqtt::const_message_ptr message) {
+    client_.set_message_callback([this](::mqtt::const_message_ptr message) {
       if (events_.message) events_.message(message->get_topic(), message->get_payload_str());
     });
   }
@@ -47,41 +48,23 @@ class PahoLink final : public MqttLink, private mqtt::iaction_listener {
   }
 
   void connect() override {
-    auto builder = mqtt::connect_options_builder()
-                       .mqtt_version(MQTTVERSION_5)
-                       .clean_start(false)
-                       .properties({mqtt::property(mqtt::property::SESSION_EXPIRY_INTERVAL,
-                                                   static_cast<int>(settings_.session_expiry.count()))})
-                       .keep_alive_interval(settings_.keep_alive)
-                       .connect_timeout(std::chrono::seconds(10))
-                       .automatic_reconnect(false);
-    if (!settings_.username.empty()) builder.user_name(settings_.username);
-    if (!settings_.password.empty()) builder.password(settings_.password);
-    if (!settings_.will_topic.empty()) {
-      builder.will(mqtt::message(settings_.will_topic, settings_.will_payload, 1, true));
-    }
-    if (settings_.broker_url.rfind("ssl://", 0) == 0 || settings_.broker_url.rfind("mqtts://", 0) == 0) {
-      auto ssl = mqtt::ssl_options_builder().enable_server_cert_auth(true);
-      if (!settings_.ca_file.empty()) ssl.trust_store(settings_.ca_file);
-      builder.ssl(ssl.finalize());
-    }
     const std::uint64_t id = remember([this](bool ok, const std::string& error) {
       if (!ok && events_.connect_failed) events_.connect_failed(error);
     });
     try {
-      client_.connect(builder.finalize(), context_of(id), *this);
-    } catch (const mqtt::exception& error) {
+      client_.connect(make_connect_options(settings_), context_of(id), *this);
+    } catch (const ::mqtt::exception& error) {
       fail(id, error.what());
     }
   }
 
   void subscribe(const std::vector<std::string>& filters, int qos, Completion done) override {
     const std::uint64_t id = remember(std::move(done));
-    auto topics = mqtt::string_collection::create(filters);
-    mqtt::iasync_client::qos_collection qoses(filters.size(), qos);
+    auto topics = ::mqtt::string_collection::create(filters);
+    ::mqtt::iasync_client::qos_collection qoses(filters.size(), qos);
     try {
       client_.subscribe(topics, qoses, context_of(id), *this);
-    } catch (const mqtt::exception& error) {
+    } catch (const ::mqtt::exception& error) {
       fail(id, error.what());
     }
   }
@@ -90,7 +73,7 @@ class PahoLink final : public MqttLink, private mqtt::iaction_listener {
     const std::uint64_t id = remember(std::move(done));
     try {
       client_.publish(topic, payload.data(), payload.size(), qos, retain, context_of(id), *this);
-    } catch (const mqtt::exception& error) {
+    } catch (const ::mqtt::exception& error) {
       fail(id, error.what());
     }
   }
@@ -98,7 +81,7 @@ class PahoLink final : public MqttLink, private mqtt::iaction_listener {
   void disconnect(std::chrono::milliseconds timeout) override {
     try {
       client_.disconnect(static_cast<int>(timeout.count()))->wait_for(timeout + std::chrono::seconds(1));
-    } catch (const mqtt::exception&) {
+    } catch (const ::mqtt::exception&) {
       // Not connected: nothing to close.
     }
   }
@@ -127,13 +110,13 @@ class PahoLink final : public MqttLink, private mqtt::iaction_listener {
   }
   void fail(std::uint64_t id, const std::string& error) { finish(id, false, error); }
 
-  static std::uint64_t id_of(const mqtt::token& token) {
+  static std::uint64_t id_of(const ::mqtt::token& token) {
     return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(token.get_user_context()));
   }
-  void on_success(const mqtt::token& token) override { finish(id_of(token), true, ""); }
-  void on_failure(const mqtt::token& token) override {
+  void on_success(const ::mqtt::token& token) override { finish(id_of(token), true, ""); }
+  void on_failure(const ::mqtt::token& token) override {
     std::string why = "failed, return code " + std::to_string(token.get_return_code());
-    if (token.get_reason_code() != mqtt::ReasonCode::SUCCESS) {
+    if (token.get_reason_code() != ::mqtt::ReasonCode::SUCCESS) {
       why += ", reason code " + std::to_string(static_cast<int>(token.get_reason_code()));
     }
     finish(id_of(token), false, why);
@@ -141,23 +124,23 @@ class PahoLink final : public MqttLink, private mqtt::iaction_listener {
 
   // Declared before client_, so they outlive Paho's threads, which the
   // client's destructor stops.
-  PahoSettings settings_;
-  MqttLinkEvents events_;
+  LinkSettings settings_;
+  LinkEvents events_;
   std::mutex mutex_;
   bool closed_ = false;
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Completion> pending_;
-  mqtt::async_client client_;
+  ::mqtt::async_client client_;
 };
 
 }  // namespace
 
-std::unique_ptr<MqttLink> make_paho_link(const PahoSettings& settings, MqttLinkEvents events) {
+std::unique_ptr<Link> make_paho_link(const LinkSettings& settings, LinkEvents events) {
   try {
     return std::make_unique<PahoLink>(settings, std::move(events));
-  } catch (const mqtt::exception& error) {
+  } catch (const ::mqtt::exception& error) {
     throw std::invalid_argument("MQTT client for " + settings.broker_url + ": " + error.what());
   }
 }
 
-}  // namespace k8s4r::agent
+}  // namespace k8s4r::mqtt

@@ -1,0 +1,23 @@
+// The MQTT 5 CONNECT a daemon sends, built from its LinkSettings: a
+// persistent session (clean start off, the session expiry), the keep-alive,
+// credentials when set, the last will (QoS 1, retained) when set, and server
+// verification for ssl:// and mqtts:// brokers. Paho's automatic reconnect
+// stays off: the daemon decides when to reconnect, so the first connection
+// and every later one follow the same backoff.
+//
+// A pure function over values, so a unit test can read back what would be
+// sent without a broker.
+#pragma once
+
+#include "k8s4r/mqtt/link.h"
+
+#include <mqtt/connect_options.h>
+
+namespace k8s4r::mqtt {
+
+::mqtt::connect_options make_connect_options(const LinkSettings& settings);
+
+// Whether a broker URL asks for TLS (ssl:// or mqtts://).
+bool is_tls_url(const std::string& broker_url);
+
+}  // namespace k8s4r::mqtt

@@ -1,0 +1,118 @@
+// The configuration loader every daemon shares: the order of sources, errors
+// from all of them at once, and the value checks.
+#include "k8s4r/daemon/config_loader.h"
+
+#include "k8s4r/testing/temp_dir.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace k8s4r::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Sample {
+  std::string url = "tcp://default:1883";
+  std::chrono::nanoseconds interval = 60s;
+  std::map<std::string, std::string> labels;
+};
+
+std::vector<Setting> table(Sample& s) {
+  return {
+      {"broker-url", "broker", [&s](const std::string& v) { return parse_broker_url(v, s.url); }},
+      {"write-interval", "interval", [&s](const std::string& v) { return parse_positive_duration(v, s.interval); }},
+      {"labels", "labels", [&s](const std::string& v) { return parse_labels(v, s.labels); }, true},
+  };
+}
+
+class ConfigLoaderTest : public ::testing::Test {
+ protected:
+  LoadOutcome load(Sample& sample, std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+    return load_settings(
+        Program{"k8s4r-sample", "k8s4r-sample: a test.", "1.2.3", (dir_.path() / "absent.yaml").string()},
+        table(sample), args, [env](const std::string& name) {
+          auto it = env.find(name);
+          return it == env.end() ? std::string() : it->second;
+        });
+  }
+  std::string file(const std::string& text) {
+    const auto path = dir_.path() / "sample.yaml";
+    std::ofstream(path) << text;
+    return path.string();
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(ConfigLoaderTest, FlagsWinOverTheEnvironmentWhichWinsOverTheFile) {
+  Sample sample;
+  const std::string path = file("broker-url: tcp://file:1\nwrite-interval: 5s\nlabels:\n  zone: a\n");
+  auto outcome = load(sample, {"--write-interval", "7s"},
+                      {{"K8S4R_CONFIG", path}, {"K8S4R_BROKER_URL", "tcp://env:2"}, {"K8S4R_WRITE_INTERVAL", "6s"}});
+  ASSERT_TRUE(outcome.run) << outcome.output;
+  EXPECT_EQ(outcome.config_file, path);
+  EXPECT_EQ(sample.url, "tcp://env:2");
+  EXPECT_EQ(sample.interval, 7s);
+  EXPECT_EQ(sample.labels, (std::map<std::string, std::string>{{"zone", "a"}}));
+}
+
+TEST_F(ConfigLoaderTest, EveryErrorFromEverySourceAtOnceAndNothingElse) {
+  Sample sample;
+  const std::string path = file("broker-url: http://x\nunknown: 1\nlabels: [a, b]\n");
+  auto outcome = load(sample, {"--config", path, "--write-interval", "0s"}, {{"K8S4R_LABELS", "=x"}});
+  ASSERT_FALSE(outcome.run);
+  EXPECT_EQ(outcome.exit_code, 2);
+  for (const std::string& expected :
+       std::vector<std::string>{path + ": broker-url: must be tcp://", path + ": unknown setting 'unknown'",
+                                path + ": labels: must be a single value", "K8S4R_LABELS: labels: must be k=v pairs",
+                                "--write-interval: write-interval: must be more than 0"}) {
+    EXPECT_NE(outcome.output.find(expected), std::string::npos) << expected << "\n" << outcome.output;
+  }
+}
+
+TEST_F(ConfigLoaderTest, AFileThatIsNotAMappingOrNotYamlIsAnError) {
+  for (const char* text : {"- a\n- b\n", "a: [\n", "{labels: {a: [1]}}\n"}) {
+    Sample sample;
+    auto outcome = load(sample, {"--config", file(text)});
+    EXPECT_FALSE(outcome.run) << text;
+    EXPECT_EQ(outcome.exit_code, 2) << text;
+  }
+  Sample sample;
+  auto missing = load(sample, {"--config", (dir_.path() / "nope.yaml").string()});
+  EXPECT_FALSE(missing.run);
+  EXPECT_NE(missing.output.find("nope.yaml"), std::string::npos);
+}
+
+TEST_F(ConfigLoaderTest, HelpNamesEachVariableAndVersionNamesTheProgram) {
+  Sample sample;
+  auto help = load(sample, {"--help"});
+  EXPECT_FALSE(help.run);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("K8S4R_WRITE_INTERVAL"), std::string::npos);
+  EXPECT_EQ(load(sample, {"--version"}).output, "k8s4r-sample 1.2.3\n");
+  EXPECT_EQ(load(sample, {"--nope"}).exit_code, 2);
+}
+
+TEST(ConfigValues, SizesRefuseWhatWouldOverflowOrIsNotANumber) {
+  std::size_t size = 7;
+  EXPECT_FALSE(parse_positive_size("10000", size));
+  EXPECT_EQ(size, 10000u);
+  for (const char* bad : {"", "0", "-1", "1e3", "12 ", "99999999999999999999999"}) {
+    EXPECT_TRUE(parse_positive_size(bad, size)) << bad;
+  }
+  EXPECT_EQ(size, 10000u);
+}
+
+TEST(ConfigValues, BindAddressesNeedAHostAndAPortInRange) {
+  std::string address;
+  EXPECT_FALSE(parse_bind_address("127.0.0.1:9090", address));
+  EXPECT_FALSE(parse_bind_address("[::1]:0", address));
+  for (const char* bad : {"9090", ":9090", "host:", "host:65536", "host:80a", "host:123456"}) {
+    EXPECT_TRUE(parse_bind_address(bad, address)) << bad;
+  }
+  EXPECT_EQ(address, "[::1]:0");
+}
+
+}  // namespace
+}  // namespace k8s4r::daemon

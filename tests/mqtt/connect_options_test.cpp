@@ -1,0 +1,69 @@
+// What the CONNECT of every daemon asks the broker for, read back from the
+// options Paho would send.
+#include "k8s4r/mqtt/connect_options.h"
+
+#include <gtest/gtest.h>
+
+namespace k8s4r::mqtt {
+namespace {
+
+LinkSettings robot() {
+  LinkSettings settings;
+  settings.broker_url = "tcp://127.0.0.1:1883";
+  settings.client_id = "robot-001";
+  return settings;
+}
+
+TEST(ConnectOptions, AskForAPersistentSessionThatOutlivesTheConnection) {
+  LinkSettings settings = robot();
+  settings.session_expiry = std::chrono::hours(24);
+  settings.keep_alive = std::chrono::seconds(15);
+  const auto options = make_connect_options(settings);
+  EXPECT_EQ(options.get_mqtt_version(), MQTTVERSION_5);
+  EXPECT_FALSE(options.is_clean_start());
+  EXPECT_EQ(::mqtt::get<std::uint32_t>(options.get_properties(), ::mqtt::property::SESSION_EXPIRY_INTERVAL), 86400u);
+  EXPECT_EQ(options.get_keep_alive_interval(), std::chrono::seconds(15));
+  // The daemon, not Paho, decides when to reconnect.
+  EXPECT_FALSE(options.get_automatic_reconnect());
+}
+
+TEST(ConnectOptions, SendCredentialsOnlyWhenSet) {
+  EXPECT_EQ(make_connect_options(robot()).get_user_name(), "");
+  EXPECT_EQ(make_connect_options(robot()).get_password_str(), "");
+  LinkSettings settings = robot();
+  settings.username = "robot-001";
+  settings.password = "s3cret";
+  const auto options = make_connect_options(settings);
+  EXPECT_EQ(options.get_user_name(), "robot-001");
+  EXPECT_EQ(options.get_password_str(), "s3cret");
+}
+
+TEST(ConnectOptions, SetTheLastWillRetainedAtQos1) {
+  EXPECT_EQ(make_connect_options(robot()).get_will_topic(), "");  // no will
+  LinkSettings settings = robot();
+  settings.will_topic = "k8s4r/robots/robot-001/presence";
+  settings.will_payload = R"({"robotId":"robot-001","online":false})";
+  const auto will = make_connect_options(settings).get_will_message();
+  ASSERT_NE(will, nullptr);
+  EXPECT_EQ(will->get_topic(), settings.will_topic);
+  EXPECT_EQ(will->get_payload_str(), settings.will_payload);
+  EXPECT_EQ(will->get_qos(), 1);
+  EXPECT_TRUE(will->is_retained());
+}
+
+TEST(ConnectOptions, VerifyTheServerOfATlsBroker) {
+  for (const char* url : {"ssl://broker:8883", "mqtts://broker:8883"}) {
+    LinkSettings settings = robot();
+    settings.broker_url = url;
+    settings.ca_file = "/etc/k8s4r/ca.pem";
+    EXPECT_TRUE(is_tls_url(url));
+    const auto options = make_connect_options(settings);
+    EXPECT_TRUE(options.get_ssl_options().get_enable_server_cert_auth()) << url;
+    EXPECT_EQ(options.get_ssl_options().get_trust_store(), "/etc/k8s4r/ca.pem") << url;
+  }
+  EXPECT_FALSE(is_tls_url("tcp://broker:1883"));
+  EXPECT_FALSE(is_tls_url("mqtt://ssl://"));
+}
+
+}  // namespace
+}  // namespace k8s4r::mqtt
