@@ -88,8 +88,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (int i = 0; i < 16; ++i) {
-    if (!api.create(k8s4r::testing::kTaskResource, "default",
-                    k8s4r::testing::task_json("bench-" + std::to_string(i)))) {
+    if (!api.create(k8s4r::crd::kTasks, "default", k8s4r::testing::task_json("bench-" + std::to_string(i)))) {
       std::cerr << "create failed\n";
       return 1;
     }

@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 using testing::KubeSimProcess;
 using testing::task_json;
-const Resource kTasks = testing::kTaskResource;
+const Resource kTasks = crd::kTasks;
 
 // A stand-in with the CRDs applied, and a client for it.
 struct Sim {

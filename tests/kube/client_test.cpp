@@ -1,7 +1,7 @@
 #include "k8s4r/kube/client.h"
 
 #include "fake_transport.h"
-#include "k8s4r/testing/resources.h"
+#include "k8s4r/crd/resources.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@ using nlohmann::json;
 using testing::FakeReply;
 using testing::FakeTransport;
 
-const Resource kTasks = k8s4r::testing::kTaskResource;
+const Resource kTasks = k8s4r::crd::kTasks;
 
 struct Harness {
   explicit Harness(FakeTransport::Script script, ClientConfig config = {}) {

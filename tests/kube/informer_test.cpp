@@ -3,7 +3,7 @@
 #include "k8s4r/kube/informer.h"
 
 #include "fake_transport.h"
-#include "k8s4r/testing/resources.h"
+#include "k8s4r/crd/resources.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@ using nlohmann::json;
 using testing::FakeReply;
 using testing::FakeTransport;
 
-const Resource kTasks = k8s4r::testing::kTaskResource;
+const Resource kTasks = k8s4r::crd::kTasks;
 
 json task(const std::string& name, const std::string& version, const std::string& robot, int generation = 1) {
   return {{"metadata",

@@ -3,9 +3,9 @@
 // then waited for) and cleaned up when the object goes.
 #pragma once
 
+#include "k8s4r/crd/resources.h"
 #include "k8s4r/kube/client.h"
 #include "k8s4r/kube/config.h"
-#include "k8s4r/testing/resources.h"
 
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>

@@ -1,0 +1,103 @@
+// The custom resources of robot.k8s4r.io/v1alpha1 (proto-schemas/crds/) and
+// the core resources the daemons write, named once, with typed reads of the
+// fields the bridge and the manager act on and the pure patch builders they
+// share. Reads never throw: a field of the wrong type reads as absent, since
+// an object in the cache came from an API server that validated it, and one
+// that did not must not stop a daemon.
+//
+// Thread-safety: pure functions over values.
+#pragma once
+
+#include "k8s4r/common/rfc3339.h"
+#include "k8s4r/kube/client.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace k8s4r::crd {
+
+inline constexpr std::string_view kGroup = "robot.k8s4r.io";
+inline constexpr std::string_view kVersion = "v1alpha1";
+inline constexpr std::string_view kApiVersion = "robot.k8s4r.io/v1alpha1";
+
+inline const kube::Resource kRobots{"robot.k8s4r.io", "v1alpha1", "robots", true};
+inline const kube::Resource kTasks{"robot.k8s4r.io", "v1alpha1", "tasks", true};
+inline const kube::Resource kTaskGroups{"robot.k8s4r.io", "v1alpha1", "taskgroups", true};
+inline const kube::Resource kJobs{"robot.k8s4r.io", "v1alpha1", "jobs", true};
+inline const kube::Resource kEvents{"", "v1", "events", true};
+
+// The bridge's finalizer on a Task it dispatched: the Task stays until the
+// robot has stopped it (or never had it, or is gone).
+inline constexpr std::string_view kBridgeFinalizer = "robot.k8s4r.io/bridge";
+
+// ---- Task ----------------------------------------------------------------------
+
+// Task.status.state, as the CRD's enum spells it.
+enum class TaskState { pending, dispatching, scheduled, running, exited, completed, failed };
+std::string_view to_string(TaskState state);
+std::optional<TaskState> parse_task_state(std::string_view text);
+inline bool is_terminal(TaskState state) { return state == TaskState::completed || state == TaskState::failed; }
+
+// What the daemons read of a Task.
+struct TaskView {
+  std::string namespace_, name, uid;
+  std::string target_robot;                // spec.targetRobot
+  std::optional<TaskState> state;          // status.state; absent: never set
+  std::optional<std::int64_t> status_seq;  // status.statusSeq
+  std::optional<Timestamp> dispatched_at;  // status.dispatchedAt
+  bool deleting = false;                   // metadata.deletionTimestamp set
+  bool has_bridge_finalizer = false;
+};
+TaskView read_task(const nlohmann::json& task);
+
+// ---- Robot ---------------------------------------------------------------------
+
+// Robot.status.phase. Rejected: the manager refused the robot's token.
+enum class RobotPhase { pending, online, offline, unknown, rejected };
+std::string_view to_string(RobotPhase phase);
+std::optional<RobotPhase> parse_robot_phase(std::string_view text);
+
+struct RobotView {
+  std::string namespace_, name;
+  std::optional<RobotPhase> phase;
+  bool has_spec_labels = false;   // spec.labels has at least one entry
+  std::optional<bool> connected;  // status.connected
+};
+RobotView read_robot(const nlohmann::json& robot);
+
+// ---- Conditions ----------------------------------------------------------------
+
+struct Condition {
+  std::string type, status, reason, message;  // status: "True", "False", "Unknown"
+};
+// status.conditions with `condition` set: lastTransitionTime moves only when
+// its status changes, as meta.SetStatusCondition does. The whole list, for a
+// merge patch (which replaces lists).
+nlohmann::json set_condition(const nlohmann::json& object, const Condition& condition, Timestamp now);
+
+// ---- Patches -------------------------------------------------------------------
+
+// RFC 7386 merge patches composed: applying the result equals applying
+// `older`, then `newer`. How a pending write takes in newer data.
+nlohmann::json compose_merge_patches(nlohmann::json older, const nlohmann::json& newer);
+
+// A JSON patch that adds `finalizer` to metadata.finalizers, guarded by a
+// test of the list the cache saw, so a concurrent change fails with 422 (and
+// is retried from a fresh cache) instead of being overwritten.
+nlohmann::json add_finalizer_patch(const nlohmann::json& object, std::string_view finalizer);
+// The same for removal; null when the object does not carry it.
+nlohmann::json remove_finalizer_patch(const nlohmann::json& object, std::string_view finalizer);
+
+// ---- Credentials ---------------------------------------------------------------
+
+// "sha256:<64 lowercase hex digits>" of a robot's token: what the bridge
+// records in Robot.status.tokenDigest and the manager compares with the
+// digest of the robot's Secret. The token itself is never stored.
+std::string token_digest(std::string_view token);
+
+}  // namespace k8s4r::crd
