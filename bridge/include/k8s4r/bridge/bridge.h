@@ -1,0 +1,141 @@
+// The bridge daemon: MQTT on one side, Robot and Task resources on the other.
+//
+// It starts the Robot and Task informers and connects to the broker only
+// once both have synced, so every message is judged against a full cache,
+// and no message needs a GET or LIST. Then:
+//   on_register     a robot's Register: create or update its Robot, answer;
+//   on_heartbeat    coalesced to one write per robot per write interval,
+//                   at once when running tasks, capacity or connection change;
+//   on_presence     the Connected condition, at once;
+//   on_task_status  a report: checked against the Task (assigned robot, seq,
+//                   finished), merged into /status, an Event recorded;
+//   dispatch        a Task that became dispatching is published to its robot,
+//                   again after --dispatch-resend-after without a report; a
+//                   Task being deleted is stopped on its robot, and released
+//                   (finalizer removed) once it stopped, never started, or
+//                   its robot is gone.
+// Writes go through the KubeWriter. What must be sent after a restart is
+// read back from the resources (status.dispatchedAt, the finalizer), not
+// from memory.
+//
+// Threading: one thread, the EventLoop's, owns all state. MQTT callbacks and
+// informer events arrive on other threads and are posted to the loop.
+#pragma once
+
+#include "k8s4r/bridge/config.h"
+#include "k8s4r/bridge/kube_writer.h"
+#include "k8s4r/bridge/robot_patches.h"
+#include "k8s4r/bridge/task_patches.h"
+#include "k8s4r/common/messages.h"
+#include "k8s4r/common/topics.h"
+#include "k8s4r/daemon/event_loop.h"
+#include "k8s4r/daemon/metrics.h"
+#include "k8s4r/kube/informer.h"
+#include "k8s4r/mqtt/link.h"
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace k8s4r::bridge {
+
+struct BridgeHooks {
+  std::function<void(const std::string&)> notify;  // sd_notify
+  std::optional<std::chrono::microseconds> watchdog_interval;
+  std::function<Timestamp()> now;  // the wall clock written into resources; default system_clock
+};
+
+class Bridge {
+ public:
+  using LinkFactory = std::function<std::unique_ptr<mqtt::Link>(mqtt::LinkEvents)>;
+
+  // `namespace_name` is where Robots and Tasks live.
+  Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoop& loop, kube::Client& client,
+         LinkFactory make_link, daemon::Metrics& metrics, BridgeHooks hooks = {});
+  ~Bridge();
+  Bridge(const Bridge&) = delete;
+  Bridge& operator=(const Bridge&) = delete;
+
+  void start();
+  // Disconnects cleanly, stops the informers and the writers, stops the loop.
+  void shutdown();
+  // Empty when ready (both sides connected, informers synced); else why not.
+  // Any thread.
+  std::string not_ready_reason() const;
+
+ private:
+  struct RobotMemory {
+    HeartbeatFacts written;  // what the last heartbeat write said
+    std::chrono::steady_clock::time_point last_write{};
+    bool wrote = false;
+    std::optional<Timestamp> presence_time;  // of the last presence applied
+    bool presence_online = false;
+    daemon::EventLoop::TimerId flush_timer = 0;
+    std::optional<Heartbeat> unwritten;  // the newest heartbeat not yet written
+  };
+  struct TaskMemory {
+    AppliedStatus applied;
+    std::optional<std::chrono::steady_clock::time_point> dispatched;  // published in this run
+    std::chrono::steady_clock::time_point dispatching_seen{};
+    daemon::EventLoop::TimerId resend_timer = 0;
+    int delete_sends = 0;
+    bool released = false;
+    daemon::EventLoop::TimerId delete_timer = 0;
+  };
+
+  // bridge.cpp: the MQTT side, routing, refusals, readiness.
+  void connect();
+  void on_connected();
+  void on_disconnected(const std::string& cause);
+  void on_message(const std::string& topic, const std::string& payload);
+  void refuse(const std::string& what, const Refusal& refusal, const std::string& robot_id = "",
+              const std::string& task_uid = "");
+  void publish(const std::string& topic, const std::string& payload, std::function<void(bool)> done = {});
+  void check_synced();
+  ObjectRef robot_ref(const std::string& robot_id) const;
+  ObjectRef task_ref(const std::string& name) const;
+  Timestamp now() const;
+
+  // on_register.cpp
+  void on_register(const Register& message);
+  // on_heartbeat.cpp
+  void on_heartbeat(const Heartbeat& message);
+  void write_heartbeat(const std::string& robot_id);
+  // on_presence.cpp
+  void on_presence(const Presence& message);
+  // on_task_status.cpp
+  void on_task_status(const TaskStatus& report);
+  // dispatch.cpp
+  void reconcile_task(const kube::ObjectPtr& task);
+  void on_task_deleted(const kube::ObjectPtr& task);
+  void dispatch(const kube::ObjectPtr& task, bool resend);
+  void stop_on_robot(const kube::ObjectPtr& task);
+  bool robot_gone(const std::string& robot_id) const;
+  void release(const kube::ObjectPtr& task, const std::string& why);
+
+  BridgeConfig config_;
+  std::string namespace_;
+  daemon::EventLoop& loop_;
+  kube::Client& client_;
+  LinkFactory make_link_;
+  daemon::Metrics& metrics_;
+  BridgeHooks hooks_;
+
+  std::unique_ptr<kube::Informer> robots_, tasks_;
+  std::unique_ptr<KubeWriter> writer_;
+  std::unique_ptr<mqtt::Link> link_;
+
+  std::map<std::string, RobotMemory> robot_memory_;
+  std::map<std::string, TaskMemory> task_memory_;  // by uid
+  std::chrono::milliseconds reconnect_delay_{500};
+  bool started_link_ = false;
+  bool stopping_ = false;
+  std::atomic<bool> mqtt_connected_{false}, synced_{false};
+  std::shared_ptr<std::function<void()>> watchdog_;
+};
+
+}  // namespace k8s4r::bridge

@@ -1,0 +1,41 @@
+// The bridge's configuration: one struct, read by the loader every daemon
+// shares (k8s4r/daemon/config_loader.h): defaults, then the config file
+// (--config or K8S4R_CONFIG, default /etc/k8s4r/bridge.yaml when it exists),
+// then K8S4R_* variables, then flags; every error reported together.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace k8s4r::bridge {
+
+struct BridgeConfig {
+  std::string broker_url;                  // broker-url (required)
+  std::string client_id = "k8s4r-bridge";  // client-id: the bridge's MQTT client id (its persistent session)
+  std::string username;                    // mqtt-username
+  std::string password_file;               // mqtt-password-file: never the password itself in a flag
+  std::string ca_file;                     // ca-file: for ssl:// brokers
+  std::string kubeconfig;                  // kubeconfig: empty: $KUBECONFIG, in-cluster, ~/.kube/config
+  std::string namespace_;                  // namespace: of Robots and Tasks; empty: the kubeconfig's
+  std::string metrics_bind_address = "127.0.0.1:9090";  // metrics-bind-address: /metrics, /healthz, /readyz
+  std::chrono::nanoseconds heartbeat_write_interval = std::chrono::seconds(60);  // heartbeat-write-interval
+  std::chrono::nanoseconds dispatch_resend_after = std::chrono::seconds(30);     // dispatch-resend-after
+  std::size_t kube_writers = 4;  // kube-writers: threads writing to the API server
+  std::string log_level = "info";
+  std::string config_file;
+};
+
+struct BridgeConfigOutcome {
+  std::optional<BridgeConfig> config;
+  std::string output;
+  int exit_code = 0;
+};
+
+BridgeConfigOutcome parse_bridge_config(const std::vector<std::string>& args,
+                                        const std::function<std::string(const std::string&)>& env,
+                                        const std::string& default_config_file = "/etc/k8s4r/bridge.yaml");
+
+}  // namespace k8s4r::bridge

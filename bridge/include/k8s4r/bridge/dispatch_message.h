@@ -1,0 +1,21 @@
+// A Task as the dispatch message its robot receives on
+// k8s4r/robots/{robot}/tasks/dispatch: {"action":"create","task":{...}}
+// with the Task's apiVersion, kind, identity and whole spec, checked with the
+// agent's own codec first, so a Task the agent would refuse is refused here
+// with the same words; and {"action":"delete"} naming only the Task.
+#pragma once
+
+#include "k8s4r/bridge/refusal.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace k8s4r::bridge {
+
+// Refused with reason InvalidTask (no targetRobot, a spec the agent cannot
+// run, a message over the payload limit).
+Decision<std::string> dispatch_create_payload(const nlohmann::json& task);
+std::string dispatch_delete_payload(const nlohmann::json& task);
+
+}  // namespace k8s4r::bridge

@@ -1,0 +1,100 @@
+// Every write the bridge makes to Kubernetes, through a keyed work queue
+// (k8s4r/kube/work_queue.h): one pending write per object, newer data
+// merged into it, a pool of writer threads, retries with jittered backoff.
+// A slow or failing API server makes writes to the same object coalesce, so
+// memory stays bounded by the number of robots and tasks, and the last
+// state written is always the newest: a terminal task state is retried
+// until the server takes it or the Task is gone (404).
+//
+// A pending write on one object runs its steps in this order: create (409
+// AlreadyExists counts as done), the main resource's merge patch, the
+// finalizer (a JSON patch computed from the freshest cached object when the
+// step runs, tested against it), the /status merge patch. A failed step
+// keeps itself and the steps after it pending.
+//
+// Events are their own keys, created once each.
+//
+// Threading: every method may be called from any thread; `done` callbacks
+// run on a writer thread.
+#pragma once
+
+#include "k8s4r/daemon/metrics.h"
+#include "k8s4r/kube/client.h"
+#include "k8s4r/kube/informer.h"
+#include "k8s4r/kube/work_queue.h"
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace k8s4r::bridge {
+
+struct ObjectRef {
+  kube::Resource resource;
+  std::string namespace_, name;
+  std::string key() const { return resource.plural + "/" + namespace_ + "/" + name; }
+};
+
+// ok, and the error when not.
+using WriteDone = std::function<void(bool ok, const std::string& error)>;
+// The freshest cached copy of an object (null when the cache has none).
+using CacheLookup = std::function<kube::ObjectPtr(const ObjectRef&)>;
+
+struct WriteRequest {
+  std::optional<nlohmann::json> create;  // the whole object, when it may not exist yet
+  nlohmann::json main_patch;             // merge patch on the object; null: none
+  std::optional<bool> finalizer;         // want crd::kBridgeFinalizer present (true) or absent (false)
+  nlohmann::json status_patch;           // merge patch on /status; null: none
+  WriteDone done;
+};
+
+class KubeWriter {
+ public:
+  KubeWriter(kube::Client& client, CacheLookup lookup, daemon::Metrics& metrics, std::size_t threads,
+             kube::WorkQueueOptions retry = {});
+  ~KubeWriter();
+  KubeWriter(const KubeWriter&) = delete;
+  KubeWriter& operator=(const KubeWriter&) = delete;
+
+  void write(const ObjectRef& object, WriteRequest request);
+  void create_event(const nlohmann::json& event);
+
+  // Stops taking work; writes in flight finish, pending ones are dropped
+  // (they are read back from the resources and MQTT after a restart).
+  void stop();
+  kube::WorkQueueMetrics queue_metrics() const { return queue_.metrics(); }
+  std::size_t pending() const;
+
+ private:
+  struct Pending {
+    ObjectRef object;
+    std::optional<nlohmann::json> create;
+    nlohmann::json main_patch;
+    std::optional<bool> finalizer;
+    nlohmann::json status_patch;
+    std::vector<WriteDone> done;
+    bool is_event = false;
+  };
+  static void merge(Pending& older, Pending newer);
+  void run();
+  // Runs the steps; returns the steps still to do (empty when all done) and
+  // whether to retry them.
+  bool execute(Pending& pending, std::string& error, bool& permanent);
+  void count(const std::string& verb, int code);
+
+  kube::Client& client_;
+  CacheLookup lookup_;
+  daemon::Metrics& metrics_;
+  kube::WorkQueue queue_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Pending> pending_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace k8s4r::bridge

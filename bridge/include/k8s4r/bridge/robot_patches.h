@@ -1,0 +1,58 @@
+// Register, heartbeat and presence messages as writes on a Robot: pure
+// functions from a message, the cached Robot (null when there is none) and
+// the bridge's clock to the object to create and the merge patches to send.
+// Nothing here reads a token back out: only its digest is written.
+#pragma once
+
+#include "k8s4r/bridge/refusal.h"
+#include "k8s4r/common/messages.h"
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace k8s4r::bridge {
+
+// A robot may register unless its Robot's phase is Rejected.
+Decision<void> may_register(const nlohmann::json* robot);
+
+// The Robot to create for a robot that has none: name and spec.robotId the
+// robot id, the agent's labels as spec.labels.
+nlohmann::json new_robot(const Register& message, const std::string& namespace_);
+
+// spec.labels from the agent when the Robot's spec has none; null otherwise
+// (an operator's labels are never overwritten).
+nlohmann::json register_spec_patch(const Register& message, const nlohmann::json& robot);
+
+// status: phase Pending when the Robot has none yet (the manager approves),
+// lastHeartbeatTime, agentVersion, deviceInfo, runningTasks, tokenDigest
+// (sha256 of the token; never the token), connected and its condition.
+nlohmann::json register_status_patch(const Register& message, const nlohmann::json* robot, Timestamp now);
+
+// What of a heartbeat the manager or an operator acts on: a change in any of
+// these is written at once; the rest (the time, usage figures) waits for
+// the robot's next write slot.
+struct HeartbeatFacts {
+  std::vector<std::string> running_tasks;  // sorted
+  nlohmann::json capacity;                 // cores, memory total, model, platform, hostname
+  bool connected = false;                  // the Robot says connected
+  bool operator==(const HeartbeatFacts&) const = default;
+};
+HeartbeatFacts facts_of(const Heartbeat& message);
+HeartbeatFacts facts_of_robot(const nlohmann::json& robot);
+
+// status: lastHeartbeatTime, runningTasks, deviceInfo when sent, and the
+// Connected condition when the Robot does not say connected (Go K8s4r
+// agents send no presence).
+nlohmann::json heartbeat_status_patch(const Heartbeat& message, const nlohmann::json& robot, Timestamp now);
+
+// status.connected and the Connected condition (reason Online, or LastWill
+// when the broker published the agent's will).
+nlohmann::json presence_status_patch(const Presence& message, const nlohmann::json& robot, Timestamp now);
+
+// The answer on k8s4r/robots/{id}/response.
+RegisterResponse register_response(const std::string& robot_id, bool success, const std::string& message,
+                                   const nlohmann::json* robot);
+
+}  // namespace k8s4r::bridge

@@ -1,0 +1,47 @@
+// A task status report as a write on its Task: a pure function from the
+// report, the cached Task and what the bridge itself applied last (its
+// writes may not be in the cache yet) to the /status merge patch and the
+// Kubernetes Event that tells the story in `kubectl describe`.
+#pragma once
+
+#include "k8s4r/bridge/refusal.h"
+#include "k8s4r/common/messages.h"
+#include "k8s4r/crd/resources.h"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+namespace k8s4r::bridge {
+
+// What the bridge applied to a Task in this run, newer than its cache.
+struct AppliedStatus {
+  std::optional<std::int64_t> seq;
+  std::optional<crd::TaskState> state;
+};
+
+struct TaskEvent {
+  std::string type;    // Normal or Warning
+  std::string reason;  // Started, Restarted, Completed, Failed, Timeout, Cancelled
+  std::string message;
+};
+
+struct StatusWrite {
+  nlohmann::json status_patch;  // {"status": {...}}
+  std::optional<TaskEvent> event;
+  crd::TaskState state;
+  std::optional<std::int64_t> seq;
+};
+
+// Refused: from a robot the Task is not assigned to (WrongRobot), with a seq
+// not above the last applied (StaleSeq), or for a Task already completed or
+// failed (TaskFinished).
+Decision<StatusWrite> status_write(const TaskStatus& report, const nlohmann::json& task, const AppliedStatus& applied);
+
+// A core/v1 Event on the Task. Its name is derived from the Task, the
+// report's seq (or time) and the reason, so a retried create is the same
+// Event (409 AlreadyExists), never a second one.
+nlohmann::json task_event(const nlohmann::json& task, const TaskEvent& event, const TaskStatus& report, Timestamp now);
+
+}  // namespace k8s4r::bridge

@@ -1,0 +1,83 @@
+// k8s4r-bridge: beside the MQTT broker, turns robots' messages into Robot and
+// Task writes and dispatches Tasks to robots (docs/bridge.md). Reads its
+// config, then hands everything to k8s4r::bridge::Bridge on one event loop;
+// SIGTERM and SIGINT stop it cleanly.
+#include "k8s4r/bridge/bridge.h"
+#include "k8s4r/bridge/config.h"
+#include "k8s4r/daemon/event_loop.h"
+#include "k8s4r/daemon/health_server.h"
+#include "k8s4r/daemon/process_glue.h"
+#include "k8s4r/kube/config.h"
+#include "k8s4r/mqtt/link.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+int main(int argc, char** argv) {
+  using namespace k8s4r;
+  using namespace k8s4r::bridge;
+
+  const auto outcome =
+      parse_bridge_config(std::vector<std::string>(argv + 1, argv + argc), [](const std::string& name) {
+        const char* value = std::getenv(name.c_str());
+        return std::string(value ? value : "");
+      });
+  if (!outcome.config) {
+    (outcome.exit_code == 0 ? std::cout : std::cerr) << outcome.output;
+    return outcome.exit_code;
+  }
+  const BridgeConfig& config = *outcome.config;
+  daemon::setup_logging("k8s4r-bridge", config.log_level);
+  daemon::StopSignals stop_signals;  // before any thread starts
+
+  try {
+    kube::ConfigSources sources = kube::sources_from_environment();
+    if (!config.kubeconfig.empty()) sources.kubeconfig_flag = config.kubeconfig;
+    auto kube_config = kube::load_client_config(sources);
+    if (!kube_config) throw std::runtime_error("Kubernetes configuration: " + kube_config.error().to_string());
+    const std::string namespace_ = config.namespace_.empty() ? kube_config.value().namespace_ : config.namespace_;
+    spdlog::info("Kubernetes API {} (from {})", kube_config.value().server, kube_config.value().source);
+    kube::Client client(kube_config.value());
+
+    mqtt::LinkSettings settings;
+    settings.broker_url = config.broker_url;
+    settings.client_id = config.client_id;
+    settings.username = config.username;
+    if (!config.password_file.empty()) {
+      std::ifstream file(config.password_file);
+      std::stringstream text;
+      text << file.rdbuf();
+      settings.password = text.str();
+      while (!settings.password.empty() && (settings.password.back() == '\n' || settings.password.back() == '\r'))
+        settings.password.pop_back();
+    }
+    settings.ca_file = config.ca_file;
+
+    const daemon::Systemd systemd = daemon::systemd();
+    daemon::Metrics metrics;
+    daemon::EventLoop loop;
+    Bridge bridge(
+        config, namespace_, loop, client,
+        [&settings](mqtt::LinkEvents events) { return mqtt::make_paho_link(settings, std::move(events)); }, metrics,
+        BridgeHooks{systemd.notify, systemd.watchdog_interval, {}});
+    daemon::HealthServer health(metrics, [&bridge] { return bridge.not_ready_reason(); });
+    const int port = health.start(config.metrics_bind_address);
+    spdlog::info("serving /metrics, /healthz and /readyz on port {}", port);
+    stop_signals.watch(loop, [&](const std::string& signal_name) {
+      spdlog::info("received {}", signal_name);
+      bridge.shutdown();
+    });
+    bridge.start();
+    loop.run();
+    health.stop();
+  } catch (const std::exception& error) {
+    spdlog::critical("{}", error.what());
+    return 1;
+  }
+  spdlog::info("bye");
+  return 0;
+}

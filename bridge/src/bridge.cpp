@@ -1,0 +1,320 @@
+// The Bridge's wiring: informers, writers, the MQTT link, routing each
+// message to its handler, refusals, readiness and metrics.
+#include "k8s4r/bridge/bridge.h"
+
+#include "k8s4r/crd/resources.h"
+
+#include <spdlog/spdlog.h>
+
+#include <random>
+
+namespace k8s4r::bridge {
+
+using nlohmann::json;
+using Type = daemon::Metrics::Type;
+
+Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoop& loop, kube::Client& client,
+               LinkFactory make_link, daemon::Metrics& metrics, BridgeHooks hooks)
+    : config_(std::move(config)),
+      namespace_(std::move(namespace_name)),
+      loop_(loop),
+      client_(client),
+      make_link_(std::move(make_link)),
+      metrics_(metrics),
+      hooks_(std::move(hooks)) {
+  if (!hooks_.now) {
+    hooks_.now = [] {
+      return std::chrono::time_point_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now());
+    };
+  }
+  metrics_.declare("k8s4r_bridge_messages_total", Type::counter, "MQTT messages received, by topic.");
+  metrics_.declare("k8s4r_bridge_messages_refused_total", Type::counter,
+                   "MQTT messages refused (nothing written), by reason.");
+  metrics_.declare("k8s4r_bridge_dispatches_total", Type::counter,
+                   "Dispatch messages published: create, resend (no report in time) and delete.");
+  metrics_.declare("k8s4r_bridge_dispatch_latency_seconds", Type::histogram,
+                   "From the Task informer seeing state dispatching to the broker acknowledging the dispatch.",
+                   {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
+  metrics_.declare("k8s4r_bridge_heartbeat_writes_total", Type::counter,
+                   "Heartbeats written to their Robot: at once (reason=changed, first) or in their slot (interval).");
+  metrics_.declare("k8s4r_bridge_heartbeats_coalesced_total", Type::counter,
+                   "Heartbeats folded into a later write instead of written themselves.");
+  metrics_.declare("k8s4r_bridge_mqtt_connected", Type::gauge, "1 while the bridge holds its MQTT session.");
+  metrics_.declare("k8s4r_bridge_mqtt_connection_losses_total", Type::counter, "MQTT connections lost or refused.");
+  metrics_.declare("k8s4r_bridge_work_queue_depth", Type::gauge, "Objects with a write waiting.");
+  metrics_.declare("k8s4r_bridge_work_queue_in_progress", Type::gauge, "Objects being written now.");
+  metrics_.declare("k8s4r_bridge_work_queue_retries_total", Type::counter, "Writes retried after a failure.");
+  metrics_.declare("k8s4r_bridge_work_queue_wait_seconds_total", Type::counter,
+                   "Time writes waited in the queue, summed (divide by processed for the mean).");
+  metrics_.declare("k8s4r_bridge_work_queue_longest_wait_seconds", Type::gauge, "The longest a write has waited.");
+  metrics_.declare("k8s4r_bridge_work_queue_processed_total", Type::counter, "Writes taken by a writer.");
+  metrics_.declare("k8s4r_bridge_informer_lists_total", Type::counter, "Full lists by the informers.");
+  metrics_.declare("k8s4r_bridge_informer_watches_total", Type::counter, "Watches started by the informers.");
+  metrics_.declare("k8s4r_bridge_informer_relists_total", Type::counter, "Relists after 410 Expired.");
+  metrics_.declare("k8s4r_bridge_informer_consistency_checks_total", Type::counter,
+                   "Informer consistency checks, by result (match, mismatch).");
+  metrics_.declare("k8s4r_bridge_kube_requests_total", Type::counter,
+                   "Every request to the Kubernetes API (lists, watches and writes) and its retries.");
+
+  kube::InformerOptions robot_options{crd::kRobots, namespace_};
+  kube::InformerOptions task_options{crd::kTasks, namespace_};
+  task_options.consistency_check_interval = std::chrono::minutes(5);
+  robots_ = std::make_unique<kube::Informer>(client_, robot_options);
+  tasks_ = std::make_unique<kube::Informer>(client_, task_options);
+  tasks_->add_index("robot", [](const json& task) -> std::vector<std::string> {
+    const std::string robot = crd::read_task(task).target_robot;
+    if (robot.empty()) return {};
+    return {robot};
+  });
+  tasks_->add_handler(
+      kube::EventHandler{[this](const kube::ObjectPtr& task) { loop_.post([this, task] { reconcile_task(task); }); },
+                         [this](const kube::ObjectPtr&, const kube::ObjectPtr& task) {
+                           loop_.post([this, task] { reconcile_task(task); });
+                         },
+                         [this](const kube::ObjectPtr& task) { loop_.post([this, task] { on_task_deleted(task); }); },
+                         {}});
+  // A robot that goes away releases the Tasks being deleted on it.
+  robots_->add_handler(kube::EventHandler{{},
+                                          [this](const kube::ObjectPtr& old_robot, const kube::ObjectPtr& robot) {
+                                            if (crd::read_robot(*old_robot).connected ==
+                                                    crd::read_robot(*robot).connected &&
+                                                crd::read_robot(*old_robot).phase == crd::read_robot(*robot).phase)
+                                              return;
+                                            const std::string name = crd::read_robot(*robot).name;
+                                            loop_.post([this, name] {
+                                              for (const auto& task : tasks_->by_index("robot", name)) {
+                                                if (crd::read_task(*task).deleting) reconcile_task(task);
+                                              }
+                                            });
+                                          },
+                                          [this](const kube::ObjectPtr& robot) {
+                                            const std::string name = crd::read_robot(*robot).name;
+                                            loop_.post([this, name] {
+                                              robot_memory_.erase(name);
+                                              for (const auto& task : tasks_->by_index("robot", name)) {
+                                                if (crd::read_task(*task).deleting) reconcile_task(task);
+                                              }
+                                            });
+                                          },
+                                          {}});
+
+  writer_ = std::make_unique<KubeWriter>(
+      client_,
+      [this](const ObjectRef& ref) -> kube::ObjectPtr {
+        if (ref.resource.plural == crd::kTasks.plural) return tasks_->get(ref.namespace_, ref.name);
+        if (ref.resource.plural == crd::kRobots.plural) return robots_->get(ref.namespace_, ref.name);
+        return nullptr;
+      },
+      metrics_, config_.kube_writers);
+
+  metrics_.add_collector([this](daemon::Metrics& m) {
+    const auto queue = writer_->queue_metrics();
+    m.set("k8s4r_bridge_work_queue_depth", {}, static_cast<double>(queue.depth));
+    m.set("k8s4r_bridge_work_queue_in_progress", {}, static_cast<double>(queue.in_progress));
+    m.set("k8s4r_bridge_work_queue_retries_total", {}, static_cast<double>(queue.retries));
+    m.set("k8s4r_bridge_work_queue_processed_total", {}, static_cast<double>(queue.processed));
+    m.set("k8s4r_bridge_work_queue_wait_seconds_total", {}, std::chrono::duration<double>(queue.wait_total).count());
+    m.set("k8s4r_bridge_work_queue_longest_wait_seconds", {},
+          std::chrono::duration<double>(queue.longest_wait).count());
+    for (const auto& [name, informer] : {std::pair{"robots", robots_.get()}, std::pair{"tasks", tasks_.get()}}) {
+      const auto informer_metrics = informer->metrics();
+      const daemon::Labels labels{{"resource", name}};
+      m.set("k8s4r_bridge_informer_lists_total", labels, static_cast<double>(informer_metrics.lists));
+      m.set("k8s4r_bridge_informer_watches_total", labels, static_cast<double>(informer_metrics.watches));
+      m.set("k8s4r_bridge_informer_relists_total", labels, static_cast<double>(informer_metrics.relists_after_expired));
+      m.set("k8s4r_bridge_informer_consistency_checks_total", {{"resource", name}, {"result", "match"}},
+            static_cast<double>(informer_metrics.consistency_checks - informer_metrics.consistency_mismatches));
+      m.set("k8s4r_bridge_informer_consistency_checks_total", {{"resource", name}, {"result", "mismatch"}},
+            static_cast<double>(informer_metrics.consistency_mismatches));
+    }
+    const auto stats = client_.stats();
+    m.set("k8s4r_bridge_kube_requests_total", {{"kind", "request"}}, static_cast<double>(stats.requests));
+    m.set("k8s4r_bridge_kube_requests_total", {{"kind", "retry"}}, static_cast<double>(stats.retries));
+  });
+}
+
+Bridge::~Bridge() {
+  if (link_) link_.reset();
+  if (writer_) writer_->stop();
+  if (robots_) robots_->stop();
+  if (tasks_) tasks_->stop();
+}
+
+Timestamp Bridge::now() const { return hooks_.now(); }
+
+ObjectRef Bridge::robot_ref(const std::string& robot_id) const { return {crd::kRobots, namespace_, robot_id}; }
+ObjectRef Bridge::task_ref(const std::string& name) const { return {crd::kTasks, namespace_, name}; }
+
+void Bridge::start() {
+  spdlog::info("k8s4r-bridge: watching Robots and Tasks in namespace {}, broker {}", namespace_, config_.broker_url);
+  robots_->start();
+  tasks_->start();
+  if (hooks_.watchdog_interval && hooks_.notify) {
+    const auto interval = *hooks_.watchdog_interval;
+    std::shared_ptr<std::function<void()>> feed = std::make_shared<std::function<void()>>();
+    *feed = [this, interval, weak = std::weak_ptr<std::function<void()>>(feed)] {
+      hooks_.notify("WATCHDOG=1");
+      if (auto again = weak.lock(); again && !stopping_) loop_.after(interval, *again);
+    };
+    watchdog_ = feed;
+    loop_.post(*feed);
+  }
+  check_synced();
+}
+
+void Bridge::check_synced() {
+  if (stopping_) return;
+  if (robots_->has_synced() && tasks_->has_synced()) {
+    synced_ = true;
+    spdlog::info("informers synced: {} robot(s), {} task(s); connecting to the broker", robots_->list().size(),
+                 tasks_->list().size());
+    link_ = make_link_(
+        mqtt::LinkEvents{[this] { loop_.post([this] { on_connected(); }); },
+                         [this](const std::string& cause) { loop_.post([this, cause] { on_disconnected(cause); }); },
+                         [this](const std::string& cause) { loop_.post([this, cause] { on_disconnected(cause); }); },
+                         [this](const std::string& topic, const std::string& payload) {
+                           loop_.post([this, topic, payload] { on_message(topic, payload); });
+                         }});
+    connect();
+    return;
+  }
+  loop_.after(std::chrono::milliseconds(20), [this] { check_synced(); });
+}
+
+void Bridge::connect() {
+  if (stopping_ || !link_) return;
+  spdlog::info("connecting to {}", config_.broker_url);
+  link_->connect();
+}
+
+void Bridge::on_connected() {
+  if (stopping_) return;
+  mqtt_connected_ = true;
+  reconnect_delay_ = std::chrono::milliseconds(500);
+  metrics_.set("k8s4r_bridge_mqtt_connected", {}, 1);
+  spdlog::info("connected to {}", config_.broker_url);
+  link_->subscribe({std::string(topics::kRegister), std::string(topics::kHeartbeat),
+                    std::string(topics::kAllTaskStatusFilter), std::string(topics::kAllPresenceFilter)},
+                   1, [this](bool ok, const std::string& error) {
+                     loop_.post([this, ok, error] {
+                       if (!ok) {
+                         spdlog::error("subscribing failed: {}; reconnecting", error);
+                         on_disconnected("subscribe failed");
+                         return;
+                       }
+                       spdlog::info("subscribed to register, heartbeat, task status and presence");
+                       if (hooks_.notify) hooks_.notify("READY=1\nSTATUS=connected, informers synced");
+                       // Tasks that wait on a dispatch while the broker was away.
+                       for (const auto& task : tasks_->list()) reconcile_task(task);
+                     });
+                   });
+}
+
+void Bridge::on_disconnected(const std::string& cause) {
+  if (stopping_) return;
+  if (mqtt_connected_)
+    spdlog::warn("lost the broker: {}", cause);
+  else
+    spdlog::warn("cannot connect to {}: {}", config_.broker_url, cause);
+  mqtt_connected_ = false;
+  metrics_.set("k8s4r_bridge_mqtt_connected", {}, 0);
+  metrics_.add("k8s4r_bridge_mqtt_connection_losses_total");
+  static thread_local std::mt19937 random{std::random_device{}()};
+  const auto jittered = std::chrono::milliseconds(
+      std::uniform_int_distribution<std::int64_t>(reconnect_delay_.count() / 2, reconnect_delay_.count())(random));
+  reconnect_delay_ = std::min(reconnect_delay_ * 2, std::chrono::milliseconds(30'000));
+  loop_.after(jittered, [this] { connect(); });
+}
+
+void Bridge::publish(const std::string& topic, const std::string& payload, std::function<void(bool)> done) {
+  if (!link_) {
+    if (done) done(false);
+    return;
+  }
+  link_->publish(topic, payload, 1, false, [this, topic, done](bool ok, const std::string& error) {
+    if (!ok) spdlog::warn("publish to {} failed: {}", topic, error);
+    if (done) loop_.post([done, ok] { done(ok); });
+  });
+}
+
+void Bridge::refuse(const std::string& what, const Refusal& refusal, const std::string& robot_id,
+                    const std::string& task_uid) {
+  metrics_.add("k8s4r_bridge_messages_refused_total", {{"reason", refusal.reason}});
+  spdlog::warn("refused {}{}{}: {} ({})", what, robot_id.empty() ? "" : " from robot " + robot_id,
+               task_uid.empty() ? "" : " for task " + task_uid, refusal.message, refusal.reason);
+}
+
+void Bridge::on_message(const std::string& topic, const std::string& payload) {
+  if (stopping_) return;
+  auto parsed_topic = topics::parse_topic(topic);
+  if (!parsed_topic) {
+    metrics_.add("k8s4r_bridge_messages_total", {{"topic", "other"}});
+    refuse("a message on " + topic, {"InvalidTopic", parsed_topic.error().to_string()});
+    return;
+  }
+  const topics::ParsedTopic& where = parsed_topic.value();
+  switch (where.kind) {
+    case topics::TopicKind::register_robot: {
+      metrics_.add("k8s4r_bridge_messages_total", {{"topic", "register"}});
+      auto message = parse_register(payload);
+      if (!message) return refuse("a register", {"InvalidPayload", message.error().to_string()});
+      return on_register(message.value());
+    }
+    case topics::TopicKind::heartbeat: {
+      metrics_.add("k8s4r_bridge_messages_total", {{"topic", "heartbeat"}});
+      auto message = parse_heartbeat(payload);
+      if (!message) return refuse("a heartbeat", {"InvalidPayload", message.error().to_string()});
+      return on_heartbeat(message.value());
+    }
+    case topics::TopicKind::presence: {
+      metrics_.add("k8s4r_bridge_messages_total", {{"topic", "presence"}});
+      auto message = parse_presence(payload);
+      if (!message) return refuse("a presence", {"InvalidPayload", message.error().to_string()}, where.robot_id);
+      if (message.value().robot_id != where.robot_id)
+        return refuse("a presence",
+                      {"TopicMismatch", "robotId " + message.value().robot_id + " differs from the topic's"},
+                      where.robot_id);
+      return on_presence(message.value());
+    }
+    case topics::TopicKind::task_status: {
+      metrics_.add("k8s4r_bridge_messages_total", {{"topic", "task_status"}});
+      auto message = parse_task_status(payload);
+      if (!message)
+        return refuse("a task status", {"InvalidPayload", message.error().to_string()}, where.robot_id, where.task_uid);
+      if (message.value().robot_id != where.robot_id || message.value().task_uid != where.task_uid) {
+        return refuse("a task status",
+                      {"TopicMismatch", "robotId " + message.value().robot_id + " and taskUid " +
+                                            message.value().task_uid + " differ from the topic's"},
+                      where.robot_id, where.task_uid);
+      }
+      return on_task_status(message.value());
+    }
+    case topics::TopicKind::response:
+    case topics::TopicKind::dispatch:
+      // Our own messages, if the broker's ACL lets a robot echo them: not for us.
+      metrics_.add("k8s4r_bridge_messages_total", {{"topic", "other"}});
+      return refuse("a message on " + topic, {"InvalidTopic", "the bridge publishes this topic, it does not read it"});
+  }
+}
+
+std::string Bridge::not_ready_reason() const {
+  if (!synced_) return "informers not synced";
+  if (!mqtt_connected_) return "not connected to the broker";
+  return "";
+}
+
+void Bridge::shutdown() {
+  if (stopping_) return;
+  stopping_ = true;
+  if (hooks_.notify) hooks_.notify("STOPPING=1");
+  spdlog::info("shutting down");
+  if (link_) link_->disconnect(std::chrono::milliseconds(2000));
+  mqtt_connected_ = false;
+  // Writes already taken finish; the rest is read back after a restart.
+  writer_->stop();
+  robots_->stop();
+  tasks_->stop();
+  loop_.stop();
+}
+
+}  // namespace k8s4r::bridge

@@ -1,0 +1,85 @@
+#include "k8s4r/bridge/config.h"
+
+#include "k8s4r/common/identifiers.h"
+#include "k8s4r/daemon/config_loader.h"
+
+namespace k8s4r::bridge {
+
+#ifndef K8S4R_VERSION
+#define K8S4R_VERSION "0.0.0"
+#endif
+
+namespace {
+
+using daemon::ApplyResult;
+
+std::vector<daemon::Setting> settings(BridgeConfig& c) {
+  const auto text = [](std::string& target) {
+    return [&target](const std::string& v) -> ApplyResult {
+      target = v;
+      return std::nullopt;
+    };
+  };
+  return {
+      {"broker-url", "MQTT broker, tcp://HOST:PORT or ssl://HOST:PORT",
+       [&c](const std::string& v) { return daemon::parse_broker_url(v, c.broker_url); }},
+      {"client-id", "the bridge's MQTT client id, which names its persistent session (k8s4r-bridge)",
+       [&c](const std::string& v) -> ApplyResult {
+         if (v.empty() || v.size() > 128 || v.find_first_of("+#/") != std::string::npos)
+           return "must be 1 to 128 characters without '+', '#' or '/', got '" + v + "'";
+         c.client_id = v;
+         return std::nullopt;
+       }},
+      {"mqtt-username", "MQTT user name", text(c.username)},
+      {"mqtt-password-file", "file holding the MQTT password (kept out of the process list)",
+       [&c](const std::string& v) { return daemon::parse_existing_file(v, c.password_file); }},
+      {"ca-file", "PEM CA bundle to verify an ssl:// broker (default: the system's)",
+       [&c](const std::string& v) { return daemon::parse_existing_file(v, c.ca_file); }},
+      {"kubeconfig", "kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
+       [&c](const std::string& v) { return daemon::parse_existing_file(v, c.kubeconfig); }},
+      {"namespace", "namespace of the Robots and Tasks (default: the kubeconfig context's)",
+       [&c](const std::string& v) -> ApplyResult {
+         if (auto checked = validate_identifier(v); !checked) return checked.error().message;
+         c.namespace_ = v;
+         return std::nullopt;
+       }},
+      {"metrics-bind-address", "host:port for /metrics, /healthz and /readyz (127.0.0.1:9090; port 0: any)",
+       [&c](const std::string& v) { return daemon::parse_bind_address(v, c.metrics_bind_address); }},
+      {"heartbeat-write-interval", "at most one heartbeat write per robot this often, a Go duration (60s)",
+       [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.heartbeat_write_interval); }},
+      {"dispatch-resend-after", "publish a Task again when still dispatching this long after, a Go duration (30s)",
+       [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.dispatch_resend_after); }},
+      {"kube-writers", "threads writing to the Kubernetes API (4)",
+       [&c](const std::string& v) -> ApplyResult {
+         std::size_t writers = 0;
+         if (auto problem = daemon::parse_positive_size(v, writers)) return problem;
+         if (writers > 64) return "must be at most 64, got " + v;
+         c.kube_writers = writers;
+         return std::nullopt;
+       }},
+      {"log-level", "trace, debug, info, warn or error",
+       [&c](const std::string& v) { return daemon::parse_log_level(v, c.log_level); }},
+  };
+}
+
+}  // namespace
+
+BridgeConfigOutcome parse_bridge_config(const std::vector<std::string>& args,
+                                        const std::function<std::string(const std::string&)>& env,
+                                        const std::string& default_config_file) {
+  BridgeConfig config;
+  const daemon::Program program{"k8s4r-bridge",
+                                "k8s4r-bridge: turns robots' MQTT messages into Robot and Task writes, and "
+                                "dispatches Tasks to robots.",
+                                K8S4R_VERSION, default_config_file};
+  const auto outcome =
+      daemon::load_settings(program, settings(config), args, env, [&](std::vector<std::string>& errors) {
+        if (config.broker_url.empty())
+          errors.push_back("broker-url is required (--broker-url, K8S4R_BROKER_URL or the config file)");
+      });
+  if (!outcome.run) return {std::nullopt, outcome.output, outcome.exit_code};
+  config.config_file = outcome.config_file;
+  return {config, "", 0};
+}
+
+}  // namespace k8s4r::bridge

@@ -1,0 +1,191 @@
+// Dispatch, driven by the Task informer (no polling): a Task that becomes
+// `dispatching` with a targetRobot is published to its robot at QoS 1; once
+// the broker has it, the bridge writes status.dispatchedAt and puts its
+// finalizer on the Task. A Task still dispatching --dispatch-resend-after
+// later is published again (agents dedupe by uid). What to send after a
+// restart comes from the resources: a dispatching Task with no dispatchedAt
+// has not been sent; one with an old dispatchedAt is due a resend.
+//
+// Deletion: a Task being deleted that carries the finalizer is stopped on
+// its robot (action delete, resent like a create) and released once its
+// robot reports it finished, when it never started, or when its robot is
+// gone (no Robot, or not connected: the broker's persistent session still
+// delivers the delete when it returns). Go K8s4r agents send no final state
+// for a deleted task, so a delete unanswered after three sends is released
+// too, and says so.
+#include "k8s4r/bridge/bridge.h"
+
+#include "k8s4r/bridge/dispatch_message.h"
+#include "k8s4r/crd/resources.h"
+
+#include <spdlog/spdlog.h>
+
+namespace k8s4r::bridge {
+
+namespace {
+constexpr int kDeleteSendsBeforeGivingUp = 3;
+}
+
+void Bridge::reconcile_task(const kube::ObjectPtr& task) {
+  if (stopping_ || !mqtt_connected_) return;  // on_connected reconciles every Task
+  const crd::TaskView view = crd::read_task(*task);
+  if (view.uid.empty()) return;
+  TaskMemory& memory = task_memory_[view.uid];
+  const std::optional<crd::TaskState> state = memory.applied.state ? memory.applied.state : view.state;
+
+  if (view.deleting) {
+    if (!view.has_bridge_finalizer) return;  // not ours to hold
+    if (state && crd::is_terminal(*state)) return release(task, "it finished on its robot");
+    if (!view.dispatched_at && !memory.dispatched) return release(task, "it was never sent to a robot");
+    if (state == crd::TaskState::pending) return release(task, "it never started");
+    if (robot_gone(view.target_robot)) {
+      stop_on_robot(task);  // delivered when the robot's session returns
+      return release(task, "its robot " + view.target_robot + " is gone");
+    }
+    return stop_on_robot(task);
+  }
+
+  if (state != crd::TaskState::dispatching || view.target_robot.empty()) {
+    memory.dispatched.reset();
+    if (memory.resend_timer) {
+      loop_.cancel(memory.resend_timer);
+      memory.resend_timer = 0;
+    }
+    return;
+  }
+  if (memory.dispatched) return;  // sent in this run; its resend timer is set
+  if (!view.dispatched_at) return dispatch(task, false);
+  // Sent before (by this bridge before a restart, or another): due again
+  // only once the resend interval has passed since.
+  const auto elapsed = now() - *view.dispatched_at;
+  const auto resend_after = std::chrono::duration_cast<std::chrono::nanoseconds>(config_.dispatch_resend_after);
+  if (elapsed >= resend_after) return dispatch(task, true);
+  if (memory.resend_timer == 0) {
+    const std::string name = view.name;
+    memory.resend_timer = loop_.after(resend_after - elapsed, [this, name, uid = view.uid] {
+      task_memory_[uid].resend_timer = 0;
+      if (auto fresh = tasks_->get(namespace_, name)) {
+        const crd::TaskView again = crd::read_task(*fresh);
+        const auto applied = task_memory_[uid].applied.state;
+        if (again.uid == uid && !again.deleting &&
+            (applied ? *applied : again.state.value_or(crd::TaskState::pending)) == crd::TaskState::dispatching)
+          dispatch(fresh, true);
+      }
+    });
+  }
+}
+
+void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
+  const crd::TaskView view = crd::read_task(*task);
+  auto payload = dispatch_create_payload(*task);
+  if (!payload) {
+    refuse("task " + view.name, payload.error(), view.target_robot, view.uid);
+    // The operator learns why in the Task itself.
+    WriteRequest request;
+    request.status_patch = {
+        {"status", {{"state", "failed"}, {"reason", "InvalidTask"}, {"message", payload.error().message}}}};
+    task_memory_[view.uid].applied.state = crd::TaskState::failed;
+    writer_->write(task_ref(view.name), std::move(request));
+    return;
+  }
+  auto topic = topics::dispatch(view.target_robot);
+  if (!topic) {
+    refuse("task " + view.name, {"InvalidTask", "spec.targetRobot: " + topic.error().message}, "", view.uid);
+    return;
+  }
+  TaskMemory& memory = task_memory_[view.uid];
+  const auto started = std::chrono::steady_clock::now();
+  memory.dispatched = started;
+  metrics_.add("k8s4r_bridge_dispatches_total", {{"action", resend ? "resend" : "create"}});
+  spdlog::info("{} task {} ({}) to robot {}", resend ? "resending" : "dispatching", view.name, view.uid,
+               view.target_robot);
+  const std::string uid = view.uid, name = view.name;
+  publish(topic.value(), payload.value(), [this, uid, name, started](bool ok) {
+    TaskMemory& sent = task_memory_[uid];
+    if (!ok) {
+      // Not acknowledged: try again soon, from the cache's state then.
+      sent.dispatched.reset();
+      loop_.after(std::chrono::seconds(1), [this, name] {
+        if (auto fresh = tasks_->get(namespace_, name)) reconcile_task(fresh);
+      });
+      return;
+    }
+    metrics_.observe("k8s4r_bridge_dispatch_latency_seconds", {},
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    WriteRequest request;
+    request.finalizer = true;
+    request.status_patch = {{"status", {{"dispatchedAt", format_rfc3339(now(), TimePrecision::microseconds)}}}};
+    writer_->write(task_ref(name), std::move(request));
+    if (sent.resend_timer) loop_.cancel(sent.resend_timer);
+    sent.resend_timer = loop_.after(config_.dispatch_resend_after, [this, uid, name] {
+      task_memory_[uid].resend_timer = 0;
+      auto fresh = tasks_->get(namespace_, name);
+      if (!fresh || crd::read_task(*fresh).uid != uid || crd::read_task(*fresh).deleting) return;
+      const auto applied = task_memory_[uid].applied.state;
+      const auto state = applied ? applied : crd::read_task(*fresh).state;
+      if (state == crd::TaskState::dispatching) dispatch(fresh, true);
+    });
+  });
+}
+
+bool Bridge::robot_gone(const std::string& robot_id) const {
+  const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
+  if (!robot) return true;
+  const crd::RobotView view = crd::read_robot(*robot);
+  return view.connected == false || view.phase == crd::RobotPhase::offline || view.phase == crd::RobotPhase::rejected;
+}
+
+void Bridge::stop_on_robot(const kube::ObjectPtr& task) {
+  const crd::TaskView view = crd::read_task(*task);
+  TaskMemory& memory = task_memory_[view.uid];
+  if (memory.delete_timer) return;  // sent; waiting for the report or the resend
+  auto topic = topics::dispatch(view.target_robot);
+  if (!topic) return;
+  ++memory.delete_sends;
+  metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "delete"}});
+  spdlog::info("stopping task {} ({}) on robot {}", view.name, view.uid, view.target_robot);
+  publish(topic.value(), dispatch_delete_payload(*task));
+  const std::string uid = view.uid, name = view.name;
+  memory.delete_timer = loop_.after(config_.dispatch_resend_after, [this, uid, name] {
+    TaskMemory& waiting = task_memory_[uid];
+    waiting.delete_timer = 0;
+    auto fresh = tasks_->get(namespace_, name);
+    if (!fresh || crd::read_task(*fresh).uid != uid) return;
+    if (waiting.delete_sends >= kDeleteSendsBeforeGivingUp) {
+      return release(fresh, "its robot did not confirm the stop after " + std::to_string(waiting.delete_sends) +
+                                " delete messages (Go K8s4r agents never do)");
+    }
+    reconcile_task(fresh);
+  });
+}
+
+void Bridge::release(const kube::ObjectPtr& task, const std::string& why) {
+  const crd::TaskView view = crd::read_task(*task);
+  TaskMemory& memory = task_memory_[view.uid];
+  if (memory.released) return;
+  memory.released = true;
+  spdlog::info("releasing task {} ({}) for deletion: {}", view.name, view.uid, why);
+  WriteRequest request;
+  request.finalizer = false;
+  writer_->write(task_ref(view.name), std::move(request));
+}
+
+void Bridge::on_task_deleted(const kube::ObjectPtr& task) {
+  const crd::TaskView view = crd::read_task(*task);
+  auto found = task_memory_.find(view.uid);
+  if (found != task_memory_.end()) {
+    TaskMemory& memory = found->second;
+    const auto state = memory.applied.state ? memory.applied.state : view.state;
+    // Gone without our finalizer (removed by force, or never added): a task
+    // still running on its robot is stopped there all the same.
+    if (memory.dispatched && !memory.delete_sends && !(state && crd::is_terminal(*state)) && mqtt_connected_) {
+      if (auto topic = topics::dispatch(view.target_robot)) publish(topic.value(), dispatch_delete_payload(*task));
+    }
+    for (auto timer : {memory.resend_timer, memory.delete_timer}) {
+      if (timer) loop_.cancel(timer);
+    }
+    task_memory_.erase(found);
+  }
+}
+
+}  // namespace k8s4r::bridge

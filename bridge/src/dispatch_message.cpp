@@ -1,0 +1,44 @@
+#include "k8s4r/bridge/dispatch_message.h"
+
+#include "k8s4r/common/messages.h"
+#include "k8s4r/crd/resources.h"
+
+namespace k8s4r::bridge {
+
+using nlohmann::json;
+
+namespace {
+
+json identity(const json& task) {
+  json metadata = json::object();
+  if (!task.is_object() || !task.contains("metadata") || !task["metadata"].is_object()) return metadata;
+  for (const char* key : {"name", "namespace", "uid", "generation"}) {
+    if (task["metadata"].contains(key)) metadata[key] = task["metadata"][key];
+  }
+  return metadata;
+}
+
+}  // namespace
+
+Decision<std::string> dispatch_create_payload(const json& task) {
+  const crd::TaskView view = crd::read_task(task);
+  if (view.target_robot.empty()) return Refusal{"InvalidTask", "spec.targetRobot is not set"};
+  const json message = {{"action", "create"},
+                        {"task",
+                         {{"apiVersion", task.value("apiVersion", std::string(crd::kApiVersion))},
+                          {"kind", task.value("kind", std::string("Task"))},
+                          {"metadata", identity(task)},
+                          {"spec", task.contains("spec") ? task["spec"] : json::object()}}}};
+  std::string payload = message.dump();
+  // The agent's own codec: what it would refuse is refused here, in its words.
+  if (auto checked = parse_dispatch(payload); !checked) {
+    return Refusal{"InvalidTask", "the robot would refuse this Task: " + checked.error().to_string()};
+  }
+  return payload;
+}
+
+std::string dispatch_delete_payload(const json& task) {
+  return json{{"action", "delete"}, {"task", {{"metadata", identity(task)}}}}.dump();
+}
+
+}  // namespace k8s4r::bridge

@@ -1,0 +1,207 @@
+#include "k8s4r/bridge/kube_writer.h"
+
+#include "k8s4r/crd/resources.h"
+
+#include <spdlog/spdlog.h>
+
+namespace k8s4r::bridge {
+
+using nlohmann::json;
+
+KubeWriter::KubeWriter(kube::Client& client, CacheLookup lookup, daemon::Metrics& metrics, std::size_t threads,
+                       kube::WorkQueueOptions retry)
+    : client_(client), lookup_(std::move(lookup)), metrics_(metrics), queue_(retry) {
+  metrics_.declare("k8s4r_bridge_kube_writes_total", daemon::Metrics::Type::counter,
+                   "Kubernetes API writes by verb and HTTP status code (0: no answer).");
+  metrics_.declare("k8s4r_bridge_kube_writes_dropped_total", daemon::Metrics::Type::counter,
+                   "Writes given up: the object is gone, or the server refused the write for good.");
+  for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+}
+
+KubeWriter::~KubeWriter() { stop(); }
+
+void KubeWriter::stop() {
+  queue_.shut_down();
+  for (auto& thread : threads_) {
+    if (thread.joinable()) thread.join();
+  }
+}
+
+std::size_t KubeWriter::pending() const {
+  std::lock_guard lock(mutex_);
+  return pending_.size();
+}
+
+void KubeWriter::merge(Pending& older, Pending newer) {
+  if (newer.create) older.create = std::move(newer.create);
+  if (!newer.main_patch.is_null())
+    older.main_patch = older.main_patch.is_null() ? std::move(newer.main_patch)
+                                                  : crd::compose_merge_patches(older.main_patch, newer.main_patch);
+  if (newer.finalizer) older.finalizer = newer.finalizer;
+  if (!newer.status_patch.is_null())
+    older.status_patch = older.status_patch.is_null()
+                             ? std::move(newer.status_patch)
+                             : crd::compose_merge_patches(older.status_patch, newer.status_patch);
+  for (auto& done : newer.done) older.done.push_back(std::move(done));
+}
+
+void KubeWriter::write(const ObjectRef& object, WriteRequest request) {
+  Pending pending{object,
+                  std::move(request.create),
+                  std::move(request.main_patch),
+                  request.finalizer,
+                  std::move(request.status_patch),
+                  {},
+                  false};
+  if (request.done) pending.done.push_back(std::move(request.done));
+  const std::string key = object.key();
+  {
+    std::lock_guard lock(mutex_);
+    auto found = pending_.find(key);
+    if (found == pending_.end()) {
+      pending_.emplace(key, std::move(pending));
+    } else {
+      merge(found->second, std::move(pending));
+    }
+  }
+  queue_.add(key);
+}
+
+void KubeWriter::create_event(const json& event) {
+  ObjectRef ref{crd::kEvents, event["metadata"].value("namespace", ""), event["metadata"].value("name", "")};
+  Pending pending{ref, event, nullptr, std::nullopt, nullptr, {}, true};
+  const std::string key = "event:" + ref.key();
+  {
+    std::lock_guard lock(mutex_);
+    pending_.emplace(key, std::move(pending));  // the same Event twice: once is enough
+  }
+  queue_.add(key);
+}
+
+void KubeWriter::count(const std::string& verb, int code) {
+  metrics_.add("k8s4r_bridge_kube_writes_total", {{"verb", verb}, {"code", std::to_string(code)}});
+}
+
+bool KubeWriter::execute(Pending& pending, std::string& error, bool& permanent) {
+  const ObjectRef& ref = pending.object;
+  const auto failed = [&](const kube::ApiError& api_error) {
+    error = api_error.to_string();
+    // Gone, or refused for what it says (400, 403, 422 on a merge patch):
+    // retrying would change nothing. Conflicts and server trouble are retried.
+    permanent = api_error.not_found() || api_error.code == 400 || api_error.code == 403 ||
+                (api_error.code == 422 && !pending.finalizer);
+    return false;
+  };
+  if (pending.create) {
+    auto created = client_.create(ref.resource, ref.namespace_, *pending.create);
+    count("create", created ? 201 : created.error().code);
+    if (!created && !created.error().already_exists()) return failed(created.error());
+    pending.create.reset();
+  }
+  if (!pending.main_patch.is_null()) {
+    auto patched = client_.merge_patch(ref.resource, ref.namespace_, ref.name, pending.main_patch);
+    count("patch", patched ? 200 : patched.error().code);
+    if (!patched) return failed(patched.error());
+    pending.main_patch = nullptr;
+  }
+  const auto finalizer_step = [&]() -> bool {
+    if (!pending.finalizer) return true;
+    const kube::ObjectPtr cached = lookup_(ref);
+    if (!cached) {
+      error = "not in the cache";
+      permanent = true;  // deleted: nothing to hold or release
+      return false;
+    }
+    const json patch = *pending.finalizer ? crd::add_finalizer_patch(*cached, crd::kBridgeFinalizer)
+                                          : crd::remove_finalizer_patch(*cached, crd::kBridgeFinalizer);
+    const bool has = crd::read_task(*cached).has_bridge_finalizer;
+    if (!patch.is_null() && has != *pending.finalizer) {
+      auto patched = client_.json_patch(ref.resource, ref.namespace_, ref.name, patch);
+      count("patch", patched ? 200 : patched.error().code);
+      if (!patched) {
+        // A failed test: the cache was behind. It catches up; try again.
+        if (patched.error().code == 422 || patched.error().conflict()) {
+          error = patched.error().to_string();
+          permanent = false;
+          return false;
+        }
+        if (patched.error().not_found() && !*pending.finalizer) {
+          pending.finalizer.reset();  // gone already: released
+        } else {
+          return failed(patched.error());
+        }
+      }
+    }
+    pending.finalizer.reset();
+    return true;
+  };
+  // A finalizer is added before the status that says the task was sent,
+  // and removed only after the last status is in, so the Task's final state
+  // is recorded before it goes.
+  if (pending.finalizer == true && !finalizer_step()) return false;
+  if (!pending.status_patch.is_null()) {
+    auto patched = client_.merge_patch(ref.resource, ref.namespace_, ref.name, pending.status_patch, true);
+    count("patch_status", patched ? 200 : patched.error().code);
+    if (!patched) return failed(patched.error());
+    pending.status_patch = nullptr;
+  }
+  return finalizer_step();
+}
+
+void KubeWriter::run() {
+  while (auto key = queue_.get()) {
+    Pending pending;
+    {
+      std::lock_guard lock(mutex_);
+      auto found = pending_.find(*key);
+      if (found == pending_.end()) {
+        queue_.done(*key);
+        continue;
+      }
+      pending = std::move(found->second);
+      pending_.erase(found);
+    }
+    std::string error;
+    bool permanent = false;
+    bool ok = false;
+    if (pending.is_event) {
+      auto created = client_.create(crd::kEvents, pending.object.namespace_, *pending.create);
+      count("create_event", created ? 201 : created.error().code);
+      ok = created || created.error().already_exists();
+      if (!ok) {
+        error = created.error().to_string();
+        permanent = created.error().code == 400 || created.error().code == 403 || created.error().code == 422 ||
+                    created.error().not_found();
+      }
+    } else {
+      ok = execute(pending, error, permanent);
+    }
+    if (ok || permanent) {
+      if (!ok) {
+        metrics_.add("k8s4r_bridge_kube_writes_dropped_total");
+        spdlog::log(error.find("404") == 0 ? spdlog::level::info : spdlog::level::warn, "write to {} given up: {}",
+                    *key, error);
+      }
+      queue_.forget(*key);
+      for (auto& done : pending.done) done(ok, error);
+    } else {
+      spdlog::debug("write to {} failed, will retry: {}", *key, error);
+      {
+        std::lock_guard lock(mutex_);
+        auto found = pending_.find(*key);
+        if (found == pending_.end()) {
+          pending_.emplace(*key, std::move(pending));
+        } else {
+          // What arrived meanwhile is newer: it goes on top.
+          Pending newer = std::move(found->second);
+          merge(pending, std::move(newer));
+          found->second = std::move(pending);
+        }
+      }
+      queue_.add_rate_limited(*key);
+    }
+    queue_.done(*key);
+  }
+}
+
+}  // namespace k8s4r::bridge

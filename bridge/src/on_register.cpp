@@ -1,0 +1,46 @@
+// A robot's Register: create its Robot (Pending: the manager approves) or
+// update the Robot's status, then answer on k8s4r/robots/{id}/response once
+// the write is in. Go K8s4r agents wait for that answer before anything else.
+#include "k8s4r/bridge/bridge.h"
+
+#include "k8s4r/crd/resources.h"
+
+#include <spdlog/spdlog.h>
+
+namespace k8s4r::bridge {
+
+void Bridge::on_register(const Register& message) {
+  const std::string robot_id = message.robot_id;
+  const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
+  const std::string response_topic = topics::response(robot_id).value();  // the codec validated the id
+  if (auto allowed = may_register(robot.get()); !allowed) {
+    refuse("a register", allowed.error(), robot_id);
+    publish(response_topic, encode(register_response(robot_id, false, allowed.error().message, robot.get())));
+    return;
+  }
+  WriteRequest request;
+  if (!robot) request.create = new_robot(message, namespace_);
+  request.main_patch = robot ? register_spec_patch(message, *robot) : nullptr;
+  request.status_patch = register_status_patch(message, robot.get(), now());
+  request.done = [this, robot_id, response_topic, created = !robot](bool ok, const std::string& error) {
+    loop_.post([this, robot_id, response_topic, created, ok, error] {
+      const kube::ObjectPtr current = robots_->get(namespace_, robot_id);
+      if (ok) {
+        spdlog::info("robot {} registered{}", robot_id, created ? ": Robot created, Pending approval" : "");
+      } else {
+        spdlog::warn("robot {} could not be registered: {}", robot_id, error);
+      }
+      publish(response_topic,
+              encode(register_response(robot_id, ok, ok ? "registered" : "could not write the Robot: " + error,
+                                       current.get())));
+    });
+  };
+  // A new registration is a fresh start for heartbeat coalescing.
+  RobotMemory& memory = robot_memory_[robot_id];
+  memory.written = {};
+  memory.wrote = false;
+  memory.unwritten.reset();
+  writer_->write(robot_ref(robot_id), std::move(request));
+}
+
+}  // namespace k8s4r::bridge

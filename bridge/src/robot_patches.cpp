@@ -1,0 +1,167 @@
+#include "k8s4r/bridge/robot_patches.h"
+
+#include "k8s4r/crd/resources.h"
+
+#include <algorithm>
+
+namespace k8s4r::bridge {
+
+using nlohmann::json;
+
+namespace {
+
+const json& field(const json& object, const char* a, const char* b) {
+  static const json kNull;
+  if (!object.is_object()) return kNull;
+  auto first = object.find(a);
+  if (first == object.end() || !first->is_object()) return kNull;
+  auto second = first->find(b);
+  return second == first->end() ? kNull : *second;
+}
+
+bool says_connected(const json* robot) {
+  return robot && field(*robot, "status", "connected").is_boolean() && field(*robot, "status", "connected").get<bool>();
+}
+
+crd::Condition connected_condition(bool online) {
+  if (online) return {"Connected", "True", "Online", "the agent holds an MQTT session"};
+  return {"Connected", "False", "Disconnected",
+          "the agent went offline: it said goodbye, or the broker published its last will"};
+}
+
+// The device facts a scheduler and an operator act on: what a robot is, not
+// how busy it is right now.
+json capacity_of(const json& device) {
+  if (!device.is_object()) return nullptr;
+  json capacity = json::object();
+  for (const char* key : {"hostname", "platform"}) {
+    if (device.contains(key)) capacity[key] = device[key];
+  }
+  if (auto cpu = device.find("cpu"); cpu != device.end() && cpu->is_object()) {
+    for (const char* key : {"physicalCores", "logicalCores", "modelName", "vendor"}) {
+      if (cpu->contains(key)) capacity["cpu"][key] = (*cpu)[key];
+    }
+  }
+  if (auto memory = device.find("memory"); memory != device.end() && memory->is_object() && memory->contains("total"))
+    capacity["memory"]["total"] = (*memory)["total"];
+  return capacity;
+}
+
+json running_uids(std::vector<std::string> uids) {
+  std::sort(uids.begin(), uids.end());
+  return uids;
+}
+
+}  // namespace
+
+Decision<void> may_register(const json* robot) {
+  if (robot) {
+    const crd::RobotView view = crd::read_robot(*robot);
+    if (view.phase == crd::RobotPhase::rejected) {
+      const json& message = field(*robot, "status", "message");
+      return Refusal{"RobotRejected", "the Robot is Rejected" +
+                                          (message.is_string() ? ": " + message.get<std::string>() : std::string())};
+    }
+  }
+  return boost::outcome_v2::success();
+}
+
+json new_robot(const Register& message, const std::string& namespace_) {
+  json robot = {{"apiVersion", crd::kApiVersion},
+                {"kind", "Robot"},
+                {"metadata", {{"name", message.robot_id}, {"namespace", namespace_}}},
+                {"spec", {{"robotId", message.robot_id}, {"description", "registered by its agent"}}}};
+  if (!message.labels.empty()) robot["spec"]["labels"] = message.labels;
+  return robot;
+}
+
+json register_spec_patch(const Register& message, const json& robot) {
+  if (message.labels.empty() || crd::read_robot(robot).has_spec_labels) return nullptr;
+  return {{"spec", {{"labels", message.labels}}}};
+}
+
+json register_status_patch(const Register& message, const json* robot, Timestamp now) {
+  const json wire = to_json_value(message);
+  json status = {{"lastHeartbeatTime", format_rfc3339(now)}, {"connected", true}};
+  if (!robot || !crd::read_robot(*robot).phase) status["phase"] = crd::to_string(crd::RobotPhase::pending);
+  if (!message.agent_version.empty()) status["agentVersion"] = message.agent_version;
+  if (wire.contains("deviceInfo")) status["deviceInfo"] = wire["deviceInfo"];
+  if (!message.token.empty()) status["tokenDigest"] = crd::token_digest(message.token);
+  std::vector<std::string> running;
+  for (const RunningTask& task : message.running_tasks) {
+    if (task.state == TaskRunState::running) running.push_back(task.task_uid);
+  }
+  status["runningTasks"] = running_uids(std::move(running));
+  status["conditions"] = crd::set_condition(robot ? *robot : json::object(), connected_condition(true), now);
+  return {{"status", status}};
+}
+
+HeartbeatFacts facts_of(const Heartbeat& message) {
+  HeartbeatFacts facts;
+  facts.running_tasks = message.running_tasks;
+  std::sort(facts.running_tasks.begin(), facts.running_tasks.end());
+  const json wire = to_json_value(message);
+  facts.capacity = wire.contains("deviceInfo") ? capacity_of(wire["deviceInfo"]) : json(nullptr);
+  facts.connected = true;
+  return facts;
+}
+
+HeartbeatFacts facts_of_robot(const json& robot) {
+  HeartbeatFacts facts;
+  if (const json& running = field(robot, "status", "runningTasks"); running.is_array()) {
+    for (const json& uid : running) {
+      if (uid.is_string()) facts.running_tasks.push_back(uid.get<std::string>());
+    }
+    std::sort(facts.running_tasks.begin(), facts.running_tasks.end());
+  }
+  facts.capacity = capacity_of(field(robot, "status", "deviceInfo"));
+  facts.connected = says_connected(&robot);
+  return facts;
+}
+
+json heartbeat_status_patch(const Heartbeat& message, const json& robot, Timestamp now) {
+  const json wire = to_json_value(message);
+  json status = {{"lastHeartbeatTime", format_rfc3339(now)}, {"runningTasks", running_uids(message.running_tasks)}};
+  if (wire.contains("deviceInfo")) status["deviceInfo"] = wire["deviceInfo"];
+  if (!says_connected(&robot)) {
+    status["connected"] = true;
+    status["conditions"] = crd::set_condition(robot, connected_condition(true), now);
+  }
+  return {{"status", status}};
+}
+
+json presence_status_patch(const Presence& message, const json& robot, Timestamp now) {
+  json status = {{"connected", message.online}};
+  status["conditions"] = crd::set_condition(robot, connected_condition(message.online), now);
+  return {{"status", status}};
+}
+
+RegisterResponse register_response(const std::string& robot_id, bool success, const std::string& message,
+                                   const json* robot) {
+  RegisterResponse response;
+  response.success = success;
+  response.robot_id = robot_id;
+  response.message = message;
+  if (robot) {
+    switch (crd::read_robot(*robot).phase.value_or(crd::RobotPhase::pending)) {
+      case crd::RobotPhase::online:
+        response.phase = RobotPhase::online;
+        break;
+      case crd::RobotPhase::offline:
+        response.phase = RobotPhase::offline;
+        break;
+      case crd::RobotPhase::unknown:
+      case crd::RobotPhase::rejected:
+        response.phase = RobotPhase::unknown;
+        break;
+      case crd::RobotPhase::pending:
+        response.phase = RobotPhase::pending;
+        break;
+    }
+  } else if (success) {
+    response.phase = RobotPhase::pending;
+  }
+  return response;
+}
+
+}  // namespace k8s4r::bridge

@@ -1,0 +1,131 @@
+#include "k8s4r/bridge/task_patches.h"
+
+#include <cstdio>
+
+namespace k8s4r::bridge {
+
+using nlohmann::json;
+
+namespace {
+
+crd::TaskState state_of(TaskRunState state) {
+  switch (state) {
+    case TaskRunState::running:
+      return crd::TaskState::running;
+    case TaskRunState::completed:
+      return crd::TaskState::completed;
+    case TaskRunState::failed:
+      return crd::TaskState::failed;
+  }
+  return crd::TaskState::running;
+}
+
+std::optional<TaskEvent> event_for(const TaskStatus& report, std::optional<crd::TaskState> before) {
+  switch (report.state) {
+    case TaskRunState::running:
+      if (report.event == "Restarting" || report.event == "Restarted")
+        return TaskEvent{"Normal", "Restarted", report.message.empty() ? "restarted" : report.message};
+      if (before != crd::TaskState::running)
+        return TaskEvent{"Normal", "Started",
+                         report.message.empty() ? "started on robot " + report.robot_id
+                                                : report.message + " on robot " + report.robot_id};
+      return std::nullopt;
+    case TaskRunState::completed:
+      return TaskEvent{"Normal", "Completed", report.message.empty() ? "exited with code 0" : report.message};
+    case TaskRunState::failed: {
+      std::string message = report.message;
+      if (message.empty())
+        message = report.exit_code ? "exited with code " + std::to_string(*report.exit_code) : "failed";
+      if (report.reason == "Timeout") return TaskEvent{"Warning", "Timeout", message};
+      if (report.reason == "Cancelled") return TaskEvent{"Normal", "Cancelled", message};
+      return TaskEvent{"Warning", "Failed", report.reason.empty() ? message : report.reason + ": " + message};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Decision<StatusWrite> status_write(const TaskStatus& report, const json& task, const AppliedStatus& applied) {
+  const crd::TaskView view = crd::read_task(task);
+  if (view.target_robot != report.robot_id) {
+    return Refusal{"WrongRobot",
+                   "task " + report.task_uid + " is assigned to " +
+                       (view.target_robot.empty() ? std::string("no robot") : "robot " + view.target_robot) + ", not " +
+                       report.robot_id};
+  }
+  std::optional<std::int64_t> floor = view.status_seq;
+  if (applied.seq && (!floor || *applied.seq > *floor)) floor = applied.seq;
+  if (report.seq && floor && *report.seq <= *floor) {
+    return Refusal{"StaleSeq", "seq " + std::to_string(*report.seq) + " is not above " + std::to_string(*floor) +
+                                   ", the last applied for task " + report.task_uid};
+  }
+  const std::optional<crd::TaskState> before = applied.state ? applied.state : view.state;
+  if (before && crd::is_terminal(*before)) {
+    return Refusal{"TaskFinished", "task " + report.task_uid + " is already " + std::string(crd::to_string(*before)) +
+                                       "; a finished Task never changes state"};
+  }
+
+  StatusWrite write;
+  write.state = state_of(report.state);
+  write.seq = report.seq;
+  json status = {{"state", crd::to_string(write.state)}, {"restartCount", report.restart_count}};
+  if (report.seq) status["statusSeq"] = *report.seq;
+  if (report.started_at) status["startedAt"] = format_rfc3339(*report.started_at, TimePrecision::as_needed);
+  if (report.event == "Restarting" || report.event == "Restarted") {
+    if (report.updated_at) status["lastRestartTime"] = format_rfc3339(*report.updated_at, TimePrecision::as_needed);
+  }
+  if (report.state == TaskRunState::running) {
+    // A (re)started process has no exit yet: clear what an earlier run left.
+    status["finishedAt"] = nullptr;
+    status["exitCode"] = nullptr;
+    status["signal"] = nullptr;
+  } else {
+    if (report.finished_at) status["finishedAt"] = format_rfc3339(*report.finished_at, TimePrecision::as_needed);
+    if (report.exit_code) status["exitCode"] = *report.exit_code;
+    if (report.signal) status["signal"] = *report.signal;
+  }
+  status["reason"] = report.reason.empty() ? json(nullptr) : json(report.reason);
+  if (!report.message.empty()) status["message"] = report.message;
+  if (!report.logs_tail.empty()) status["logs"] = report.logs_tail;
+  write.status_patch = {{"status", status}};
+  write.event = event_for(report, before);
+  return write;
+}
+
+json task_event(const json& task, const TaskEvent& event, const TaskStatus& report, Timestamp now) {
+  const crd::TaskView view = crd::read_task(task);
+  // FNV-1a of what makes this event this one: a retry names the same Event.
+  std::uint64_t hash = 1469598103934665603ULL;
+  const std::string identity =
+      view.uid + "/" + event.reason + "/" +
+      (report.seq ? std::to_string(*report.seq)
+                  : format_rfc3339(report.updated_at.value_or(now), TimePrecision::nanoseconds));
+  for (char c : identity) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ULL;
+  }
+  char suffix[17];
+  std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(hash));
+  const std::string time = format_rfc3339(now);
+  return {{"apiVersion", "v1"},
+          {"kind", "Event"},
+          {"metadata", {{"name", view.name + "." + suffix}, {"namespace", view.namespace_}}},
+          {"involvedObject",
+           {{"apiVersion", crd::kApiVersion},
+            {"kind", "Task"},
+            {"name", view.name},
+            {"namespace", view.namespace_},
+            {"uid", view.uid}}},
+          {"reason", event.reason},
+          {"message", event.message},
+          {"type", event.type},
+          {"source", {{"component", "k8s4r-bridge"}, {"host", report.robot_id}}},
+          {"reportingComponent", "k8s4r-bridge"},
+          {"reportingInstance", report.robot_id},
+          {"firstTimestamp", time},
+          {"lastTimestamp", time},
+          {"count", 1}};
+}
+
+}  // namespace k8s4r::bridge

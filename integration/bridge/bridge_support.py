@@ -1,0 +1,130 @@
+"""Helpers for the bridge's end-to-end tests: the real k8s4r-bridge and k8s4r-agent against a real Mosquitto and
+k8s4r-kube-sim, judged with kubectl and raw HTTP."""
+import hashlib
+import json
+import pathlib
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "agent"))
+
+from agent_support import AgentProcess, processes_marked, alive  # noqa: E402,F401
+from conftest import binary, free_port, terminate, wait_until  # noqa: E402
+
+TOKEN = "s3cret-robot-1"
+
+
+class BridgeProcess:
+    def __init__(self, workdir, broker, sim, extra=()):
+        self.workdir = pathlib.Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.broker, self.sim, self.extra = broker, sim, list(extra)
+        self.port = free_port()
+        self.log_path = self.workdir / "bridge.log"
+        self.process = None
+
+    def start(self):
+        command = [binary("k8s4r-bridge"), "--broker-url", self.broker.url, "--kubeconfig", str(self.sim.kubeconfig),
+                   "--metrics-bind-address", f"127.0.0.1:{self.port}", "--log-level", "debug", *self.extra]
+        self.log = open(self.log_path, "a")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
+                                        env={"PATH": "/usr/bin:/bin"})
+        wait_until(lambda: self.ready(), 20, "the bridge to be ready")
+        return self
+
+    def http(self, path):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+        except OSError:
+            if self.process.poll() is not None:
+                raise AssertionError("the bridge exited: " + self.log_text())
+            return None, ""
+
+    def ready(self):
+        return self.http("/readyz")[0] == 200
+
+    def metric(self, name, **labels):
+        """The value of one series, 0 when absent."""
+        _, text = self.http("/metrics")
+        wanted = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+        for line in text.splitlines():
+            if line.startswith(wanted + " "):
+                return float(line.split()[-1])
+        return 0.0
+
+    def log_text(self):
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def kill9(self):
+        self.process.kill()
+        self.process.wait()
+        self.log.close()
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            code = terminate(self.process)
+            self.log.close()
+            return code
+        return self.process.returncode if self.process else None
+
+
+@pytest.fixture
+def bridge(tmp_path, broker, sim):
+    made = BridgeProcess(tmp_path / "bridge", broker, sim, ["--heartbeat-write-interval", "3s",
+                                                           "--dispatch-resend-after", "2s"]).start()
+    yield made
+    made.stop()
+
+
+@pytest.fixture
+def robot(tmp_path, broker, bridge, sim):
+    """A real agent registered through the bridge: its Robot exists."""
+    agent = AgentProcess(broker, tmp_path / "work-robot-1", "robot-1", ["--token", TOKEN, "--labels", "zone=lab-a"])
+    agent.start()
+    wait_until(lambda: get(sim, "robot", "robot-1"), 20, "the Robot to appear")
+    yield agent
+    agent.cleanup()
+
+
+def get(sim, kind, name):
+    result = sim.kubectl("get", kind, name, "-o", "json", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def create_task(sim, name, command_args, robot="robot-1", **spec):
+    task = {"apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Task",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"name": name, "driver": "exec", "targetRobot": robot,
+                     "config": {"execConfig": {"command": "/bin/sh", "args": ["-c", command_args]}}, **spec}}
+    sim.kubectl("apply", "-f", "-", input=json.dumps(task))
+    return get(sim, "rtask", name)
+
+
+def dispatch(sim, name):
+    sim.kubectl("patch", "rtask", name, "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"state": "dispatching"}}))
+
+
+def state_of(sim, name):
+    task = get(sim, "rtask", name)
+    return task and task.get("status", {}).get("state")
+
+
+def wait_state(sim, name, state, timeout=20):
+    wait_until(lambda: state_of(sim, name) == state, timeout, f"task {name} to be {state}")
+    return get(sim, "rtask", name)
+
+
+def digest(token):
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+
+
+def now():
+    return time.monotonic()
