@@ -69,28 +69,46 @@ if [[ -x $BIN/k8s4r-kube-sim ]]; then
 fi
 
 # ---- the k8s4r components -----------------------------------------------------
-if [[ -x $BIN/k8s4r-agent ]]; then
-  "$BIN/k8s4r-agent" --broker-url "tcp://127.0.0.1:$MQTT_PORT" --robot-id robot-001 --work-dir "$WORK/agent" \
-    --heartbeat-interval 2s --labels zone=lab-a >"$WORK/agent.log" 2>&1 &
-  PIDS+=($!)
-  log "k8s4r-agent started as robot-001 (work dir $WORK/agent)"
-fi
-
-missing=()
-for component in "k8s4r-bridge:not filed yet" "k8s4r-agent:issue 5" "k8s4r-manager:not filed yet"; do
-  name=${component%%:*}
-  issue=${component##*:}
-  if [[ ! -x $BIN/$name ]]; then
-    missing+=("$name")
-    log "$name: not built yet ($issue); skipped"
-  fi
+BRIDGE_METRICS_PORT=$(free_port)
+"$BIN/k8s4r-bridge" --broker-url "tcp://127.0.0.1:$MQTT_PORT" --kubeconfig "$WORK/kubeconfig" \
+  --metrics-bind-address "127.0.0.1:$BRIDGE_METRICS_PORT" --heartbeat-write-interval 10s >"$WORK/bridge.log" 2>&1 &
+PIDS+=($!)
+log "k8s4r-bridge started (metrics: curl http://127.0.0.1:$BRIDGE_METRICS_PORT/metrics)"
+for _ in $(seq 200); do
+  curl -fs "http://127.0.0.1:$BRIDGE_METRICS_PORT/readyz" >/dev/null 2>&1 && break
+  sleep 0.05
 done
+curl -fs "http://127.0.0.1:$BRIDGE_METRICS_PORT/readyz" >/dev/null || { log "the bridge is not ready; its log:"; cat "$WORK/bridge.log" >&2; exit 1; }
 
-if ((${#missing[@]})); then
-  log "the Job is stored, but nothing runs it until these exist: ${missing[*]}"
-  log "so it stays without status; the wire contract the robots use is in docs/protocol.md"
-  sleep 3
-  log "MQTT traffic seen so far (the agent registers, says online and heartbeats; nobody answers yet):"
+"$BIN/k8s4r-agent" --broker-url "tcp://127.0.0.1:$MQTT_PORT" --robot-id robot-001 --token demo-token-robot-001 \
+  --work-dir "$WORK/agent" --heartbeat-interval 2s --labels zone=lab-a >"$WORK/agent.log" 2>&1 &
+PIDS+=($!)
+log "k8s4r-agent started as robot-001 (work dir $WORK/agent)"
+for _ in $(seq 100); do
+  [[ -n $("${KUBECTL[@]}" get rb robot-001 -o jsonpath='{.status.agentVersion}' 2>/dev/null) ]] && break
+  sleep 0.1
+done
+log "robot-001 registered through the bridge: kubectl get rb -o wide"
+"${KUBECTL[@]}" get rb -o wide
+
+if [[ ! -x $BIN/k8s4r-manager ]]; then
+  log "k8s4r-manager is not built yet (issue 11): nothing turns the Job into Tasks or places them"
+  log "so, as the manager will, a Task is placed by hand: examples/task.yaml, then status.state=dispatching"
+  "${KUBECTL[@]}" apply -f "$REPO_ROOT/examples/task.yaml"
+  "${KUBECTL[@]}" patch rtask hello --subresource=status --type=merge -p '{"status":{"state":"dispatching"}}'
+  for _ in $(seq 300); do
+    state=$("${KUBECTL[@]}" get rtask hello -o jsonpath='{.status.state}')
+    [[ $state == completed || $state == failed ]] && break
+    sleep 0.1
+  done
+  log "kubectl get rtask hello"
+  "${KUBECTL[@]}" get rtask hello
+  log "kubectl describe rtask hello (the Events tell what happened on the robot)"
+  "${KUBECTL[@]}" describe rtask hello | sed -n '/^Status:/,$p'
+  log "its output: kubectl get rtask hello -o jsonpath='{.status.logs}'"
+  "${KUBECTL[@]}" get rtask hello -o jsonpath='{.status.logs}'
+  log "MQTT traffic, as mosquitto_sub showed it:"
   cut -c1-200 "$WORK/mqtt.log" >&2
+  [[ $state == completed ]] || { log "the task did not complete; bridge log:"; cat "$WORK/bridge.log" >&2; exit 1; }
   exit 0
 fi

@@ -10,7 +10,7 @@ K8S4R_PACKAGES=(
   libpaho-mqttpp-dev libpaho-mqtt-dev nlohmann-json3-dev libcurl4-openssl-dev libssl-dev
   libboost1.81-dev libspdlog-dev libcli11-dev libyaml-cpp-dev libcpp-httplib-dev libsystemd-dev
   libgtest-dev libgmock-dev
-  mosquitto mosquitto-clients openssl
+  mosquitto mosquitto-clients openssl curl
   python3-pytest python3-paho-mqtt python3-kubernetes python3-yaml
 )
 

@@ -1,0 +1,210 @@
+// The bridge's translations, from the protocol's example payloads, with no
+// network: register, heartbeat and presence into Robot writes, a status
+// report into a Task write, a Task into a dispatch message.
+#include "k8s4r/bridge/dispatch_message.h"
+#include "k8s4r/bridge/robot_patches.h"
+#include "k8s4r/bridge/task_patches.h"
+#include "k8s4r/crd/resources.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace k8s4r::bridge {
+namespace {
+
+using nlohmann::json;
+
+std::string example(const std::string& path) {
+  std::ifstream file(std::string(K8S4R_SCHEMA_DIR) + "/examples/" + path);
+  std::stringstream text;
+  text << file.rdbuf();
+  EXPECT_FALSE(text.str().empty()) << path;
+  return text.str();
+}
+
+const Timestamp kNow = parse_rfc3339("2026-11-23T10:00:00Z").value();
+
+json task_on(const std::string& robot, const std::string& state, std::optional<int> seq = std::nullopt) {
+  json task = {
+      {"apiVersion", "robot.k8s4r.io/v1alpha1"},
+      {"kind", "Task"},
+      {"metadata", {{"name", "greet"}, {"namespace", "default"}, {"uid", "5b0e7c1a-3f9d-4e21-9a77-0c2d4b6e8f10"}}},
+      {"spec",
+       {{"name", "greet"},
+        {"driver", "exec"},
+        {"targetRobot", robot},
+        {"config", {{"execConfig", {{"command", "/bin/true"}}}}}}},
+      {"status", {{"state", state}}}};
+  if (seq) task["status"]["statusSeq"] = *seq;
+  return task;
+}
+
+TaskStatus report(const std::string& robot, TaskRunState state, std::optional<std::int64_t> seq) {
+  TaskStatus status;
+  status.task_uid = "5b0e7c1a-3f9d-4e21-9a77-0c2d4b6e8f10";
+  status.robot_id = robot;
+  status.state = state;
+  status.seq = seq;
+  if (state != TaskRunState::running) status.exit_code = state == TaskRunState::completed ? 0 : 1;
+  return status;
+}
+
+TEST(RobotPatches, ARegisterMakesAPendingRobotWithTheTokensDigestOnly) {
+  const Register message = parse_register(example("register/valid-agent-start.json")).value();
+  const json robot = new_robot(message, "lab");
+  EXPECT_EQ(robot["metadata"]["name"], message.robot_id);
+  EXPECT_EQ(robot["metadata"]["namespace"], "lab");
+  EXPECT_EQ(robot["spec"]["robotId"], message.robot_id);
+  EXPECT_EQ(robot["spec"]["labels"], json(message.labels));
+  const json patch = register_status_patch(message, nullptr, kNow);
+  EXPECT_EQ(patch["status"]["phase"], "Pending");
+  EXPECT_EQ(patch["status"]["tokenDigest"], crd::token_digest(message.token));
+  EXPECT_EQ(patch["status"]["lastHeartbeatTime"], "2026-11-23T10:00:00Z");
+  EXPECT_EQ(patch["status"]["connected"], true);
+  EXPECT_EQ(patch.dump().find(message.token), std::string::npos) << "the token itself must never be written";
+}
+
+TEST(RobotPatches, ARegisterKeepsThePhaseAndTheOperatorsLabels) {
+  const Register message = parse_register(example("register/valid-agent-start.json")).value();
+  const json robot = {{"spec", {{"labels", {{"zone", "operator-set"}}}}}, {"status", {{"phase", "Online"}}}};
+  EXPECT_FALSE(register_status_patch(message, &robot, kNow)["status"].contains("phase"));
+  EXPECT_TRUE(register_spec_patch(message, robot).is_null());
+  const json bare = {{"spec", {{"robotId", message.robot_id}}}};
+  EXPECT_EQ(register_spec_patch(message, bare)["spec"]["labels"], json(message.labels));
+}
+
+TEST(RobotPatches, ARejectedRobotMayNotRegister) {
+  const json rejected = {{"status", {{"phase", "Rejected"}, {"message", "token does not match"}}}};
+  auto refused = may_register(&rejected);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().reason, "RobotRejected");
+  EXPECT_NE(refused.error().message.find("token does not match"), std::string::npos);
+  EXPECT_TRUE(may_register(nullptr));
+}
+
+TEST(RobotPatches, OnlyRunningTasksCapacityAndConnectionAreUrgentInAHeartbeat) {
+  Heartbeat beat = parse_heartbeat(example("heartbeat/valid-go-k8s4r-agent.json")).value();
+  ASSERT_TRUE(beat.device_info);
+  const HeartbeatFacts first = facts_of(beat);
+  Heartbeat busier = beat;
+  busier.device_info->cpu.usage_percent = 99.0;
+  busier.device_info->memory.available = 1;
+  busier.timestamp = kNow;
+  EXPECT_EQ(facts_of(busier), first) << "usage and time are volatile: coalesced";
+  Heartbeat bigger = beat;
+  bigger.device_info->memory.total = 1;
+  EXPECT_NE(facts_of(bigger), first) << "capacity changed: written at once";
+  Heartbeat working = beat;
+  working.running_tasks = {"b", "a"};
+  EXPECT_EQ(facts_of(working).running_tasks, (std::vector<std::string>{"a", "b"}));
+  EXPECT_NE(facts_of(working), first);
+  // The Robot written from a heartbeat reads back as the same facts.
+  json robot = {{"status", {{"connected", true}}}};
+  robot.merge_patch(heartbeat_status_patch(working, robot, kNow));
+  EXPECT_EQ(facts_of_robot(robot), facts_of(working));
+}
+
+TEST(RobotPatches, PresenceSetsConnectedAndItsCondition) {
+  const Presence offline = parse_presence(example("presence/valid-last-will.json")).value();
+  json robot = {{"status", {{"connected", true}}}};
+  robot.merge_patch(presence_status_patch(offline, robot, kNow));
+  EXPECT_EQ(robot["status"]["connected"], false);
+  ASSERT_EQ(robot["status"]["conditions"].size(), 1u);
+  EXPECT_EQ(robot["status"]["conditions"][0]["type"], "Connected");
+  EXPECT_EQ(robot["status"]["conditions"][0]["status"], "False");
+}
+
+TEST(TaskPatches, AReportFromTheAssignedRobotIsMergedIntoStatusWithAnEvent) {
+  auto running = status_write(report("robot-001", TaskRunState::running, 1), task_on("robot-001", "dispatching"), {});
+  ASSERT_TRUE(running) << running.error().message;
+  EXPECT_EQ(running.value().status_patch["status"]["state"], "running");
+  EXPECT_EQ(running.value().status_patch["status"]["statusSeq"], 1);
+  ASSERT_TRUE(running.value().event);
+  EXPECT_EQ(running.value().event->reason, "Started");
+
+  TaskStatus timeout = report("robot-001", TaskRunState::failed, 2);
+  timeout.reason = "Timeout";
+  timeout.exit_code = 137;
+  timeout.signal = 9;
+  auto failed = status_write(timeout, task_on("robot-001", "running", 1), {});
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(failed.value().status_patch["status"]["exitCode"], 137);
+  EXPECT_EQ(failed.value().status_patch["status"]["reason"], "Timeout");
+  EXPECT_EQ(failed.value().event->reason, "Timeout");
+  EXPECT_EQ(failed.value().event->type, "Warning");
+}
+
+TEST(TaskPatches, WrongRobotsStaleSeqsAndFinishedTasksAreRefused) {
+  EXPECT_EQ(status_write(report("robot-002", TaskRunState::completed, 9), task_on("robot-001", "running", 1), {})
+                .error()
+                .reason,
+            "WrongRobot");
+  EXPECT_EQ(status_write(report("robot-001", TaskRunState::running, 1), task_on("robot-001", "running", 1), {})
+                .error()
+                .reason,
+            "StaleSeq");
+  // What the bridge applied itself counts, even before its cache shows it.
+  EXPECT_EQ(status_write(report("robot-001", TaskRunState::running, 2), task_on("robot-001", "running", 1),
+                         AppliedStatus{3, crd::TaskState::running})
+                .error()
+                .reason,
+            "StaleSeq");
+  // Go K8s4r agents send no seq and a late running after the end.
+  EXPECT_EQ(
+      status_write(report("robot-001", TaskRunState::running, std::nullopt), task_on("robot-001", "completed"), {})
+          .error()
+          .reason,
+      "TaskFinished");
+  EXPECT_EQ(status_write(report("robot-001", TaskRunState::running, std::nullopt), task_on("robot-001", "running"),
+                         AppliedStatus{std::nullopt, crd::TaskState::failed})
+                .error()
+                .reason,
+            "TaskFinished");
+}
+
+TEST(TaskPatches, AnEventsNameIsTheSameForTheSameReport) {
+  const json task = task_on("robot-001", "running", 1);
+  const TaskStatus done = report("robot-001", TaskRunState::completed, 2);
+  const TaskEvent event{"Normal", "Completed", "exited with code 0"};
+  const json first = task_event(task, event, done, kNow);
+  EXPECT_EQ(first["metadata"]["name"],
+            task_event(task, event, done, kNow + std::chrono::seconds(5))["metadata"]["name"]);
+  EXPECT_NE(first["metadata"]["name"],
+            task_event(task, event, report("robot-001", TaskRunState::completed, 3), kNow)["metadata"]["name"]);
+  EXPECT_EQ(first["involvedObject"]["kind"], "Task");
+  EXPECT_EQ(first["involvedObject"]["uid"], task["metadata"]["uid"]);
+  EXPECT_EQ(first["reason"], "Completed");
+}
+
+TEST(DispatchMessage, ATaskBecomesTheCreateTheAgentReads) {
+  json task = task_on("robot-001", "dispatching");
+  task["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
+  task["spec"]["resources"] = {{"cpu", "500m"}};
+  auto payload = dispatch_create_payload(task);
+  ASSERT_TRUE(payload) << payload.error().message;
+  const Dispatch parsed = parse_dispatch(payload.value()).value();
+  EXPECT_EQ(parsed.action, DispatchAction::create);
+  EXPECT_EQ(parsed.task.metadata.uid, "5b0e7c1a-3f9d-4e21-9a77-0c2d4b6e8f10");
+  EXPECT_EQ(parsed.task.spec->raw["resources"]["cpu"], "500m");  // relayed untouched
+  EXPECT_EQ(payload.value().find("managedFields"), std::string::npos);
+  EXPECT_EQ(json::parse(dispatch_delete_payload(task))["action"], "delete");
+}
+
+TEST(DispatchMessage, ATaskTheAgentWouldRefuseIsRefusedInItsWords) {
+  json task = task_on("robot-001", "dispatching");
+  task["spec"]["config"]["execConfig"].erase("command");
+  auto refused = dispatch_create_payload(task);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().reason, "InvalidTask");
+  EXPECT_NE(refused.error().message.find("command"), std::string::npos) << refused.error().message;
+  json unplaced = task_on("", "dispatching");
+  EXPECT_EQ(dispatch_create_payload(unplaced).error().reason, "InvalidTask");
+  json huge = task_on("robot-001", "dispatching");
+  huge["spec"]["env"]["BIG"] = std::string(300 * 1024, 'x');
+  EXPECT_EQ(dispatch_create_payload(huge).error().reason, "InvalidTask");
+}
+
+}  // namespace
+}  // namespace k8s4r::bridge
