@@ -26,7 +26,10 @@ ctest --test-dir build --output-on-failure -j "$(nproc)"
 if [[ ${K8S4R_SKIP_SANITIZE:-0} != 1 ]]; then
   configure_and_build "$REPO_ROOT/build-sanitize" -DCMAKE_BUILD_TYPE=Debug -DK8S4R_WERROR=ON -DK8S4R_SANITIZE=ON
   log "unit tests (Debug, AddressSanitizer + UndefinedBehaviorSanitizer)"
-  ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)" -E schema_check_ajv
+  # Paho C++ 1.2 leaks inside its C library on every connect_options copy;
+  # tests/lsan.supp names that library and nothing of ours.
+  LSAN_OPTIONS="suppressions=$REPO_ROOT/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}" \
+    ctest --test-dir build-sanitize --output-on-failure -j "$(nproc)" -E schema_check_ajv
 fi
 
 # The multi-threaded parts under ThreadSanitizer: the stand-in (its store,
