@@ -1,5 +1,7 @@
 #include "k8s4r/agent/artifacts.h"
 
+#include "k8s4r/common/hashing.h"
+
 #include <curl/curl.h>
 #include <openssl/evp.h>
 
@@ -43,16 +45,6 @@ std::size_t write_chunk(char* data, std::size_t size, std::size_t count, void* u
 int on_progress(void* cancel, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   const auto* flag = static_cast<const std::atomic<bool>*>(cancel);
   return flag && flag->load() ? 1 : 0;  // non-zero aborts the transfer
-}
-
-std::string hex(const unsigned char* bytes, unsigned int length) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string text;
-  for (unsigned int i = 0; i < length; ++i) {
-    text += digits[bytes[i] >> 4];
-    text += digits[bytes[i] & 0xf];
-  }
-  return text;
 }
 
 }  // namespace
@@ -138,7 +130,7 @@ Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_di
     unsigned char value[EVP_MAX_MD_SIZE];
     unsigned int length = 0;
     EVP_DigestFinal_ex(digest.get(), value, &length);
-    const std::string actual = hex(value, length);
+    const std::string actual = hex_encode(std::string_view(reinterpret_cast<const char*>(value), length));
     if (actual != expected) return give_up("checksum mismatch: expected " + expected + ", got " + actual);
   }
   fs::rename(partial, target, error);

@@ -1,5 +1,7 @@
 #include "k8s4r/bridge/task_patches.h"
 
+#include "k8s4r/common/hashing.h"
+
 #include <cstdio>
 
 namespace k8s4r::bridge {
@@ -95,18 +97,13 @@ Decision<StatusWrite> status_write(const TaskStatus& report, const json& task, c
 
 json task_event(const json& task, const TaskEvent& event, const TaskStatus& report, Timestamp now) {
   const crd::TaskView view = crd::read_task(task);
-  // FNV-1a of what makes this event this one: a retry names the same Event.
-  std::uint64_t hash = 1469598103934665603ULL;
+  // What makes this event this one, hashed: a retry names the same Event.
   const std::string identity =
       view.uid + "/" + event.reason + "/" +
       (report.seq ? std::to_string(*report.seq)
                   : format_rfc3339(report.updated_at.value_or(now), TimePrecision::nanoseconds));
-  for (char c : identity) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 1099511628211ULL;
-  }
   char suffix[17];
-  std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(hash));
+  std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(Fnv1a64().update(identity).value()));
   const std::string time = format_rfc3339(now);
   return {{"apiVersion", "v1"},
           {"kind", "Event"},

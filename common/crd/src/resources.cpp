@@ -1,5 +1,7 @@
 #include "k8s4r/crd/resources.h"
 
+#include "k8s4r/common/hashing.h"
+
 #include <openssl/evp.h>
 
 #include <array>
@@ -184,13 +186,7 @@ std::string token_digest(std::string_view token) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int length = 0;
   EVP_Digest(token.data(), token.size(), digest.data(), &length, EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string text = "sha256:";
-  for (unsigned int i = 0; i < length; ++i) {
-    text += kHex[digest[i] >> 4];
-    text += kHex[digest[i] & 0xf];
-  }
-  return text;
+  return "sha256:" + hex_encode(std::string_view(reinterpret_cast<const char*>(digest.data()), length));
 }
 
 }  // namespace k8s4r::crd

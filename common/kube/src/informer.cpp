@@ -1,5 +1,7 @@
 #include "k8s4r/kube/informer.h"
 
+#include "k8s4r/common/hashing.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -42,16 +44,9 @@ std::uint64_t cache_hash(const std::vector<ObjectPtr>& objects) {
   entries.reserve(objects.size());
   for (const ObjectPtr& object : objects) entries.push_back(key_of(*object) + "/" + version_of(*object));
   std::sort(entries.begin(), entries.end());
-  std::uint64_t hash = 14695981039346656037ULL;  // FNV-1a 64 offset basis
-  for (const std::string& entry : entries) {
-    for (char c : entry) {
-      hash ^= static_cast<unsigned char>(c);
-      hash *= 1099511628211ULL;  // FNV prime
-    }
-    hash ^= '\n';
-    hash *= 1099511628211ULL;
-  }
-  return hash;
+  Fnv1a64 hash;
+  for (const std::string& entry : entries) hash.update(entry).update("\n");
+  return hash.value();
 }
 
 Informer::Informer(Client& client, InformerOptions options) : client_(client), options_(std::move(options)) {}
