@@ -74,29 +74,18 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
                          [this](const kube::ObjectPtr& task) { loop_.post([this, task] { on_task_deleted(task); }); },
                          {}});
   // A robot that goes away releases the Tasks being deleted on it.
-  robots_->add_handler(kube::EventHandler{{},
-                                          [this](const kube::ObjectPtr& old_robot, const kube::ObjectPtr& robot) {
-                                            if (crd::read_robot(*old_robot).connected ==
-                                                    crd::read_robot(*robot).connected &&
-                                                crd::read_robot(*old_robot).phase == crd::read_robot(*robot).phase)
-                                              return;
-                                            const std::string name = crd::read_robot(*robot).name;
-                                            loop_.post([this, name] {
-                                              for (const auto& task : tasks_->by_index("robot", name)) {
-                                                if (crd::read_task(*task).deleting) reconcile_task(task);
-                                              }
-                                            });
-                                          },
-                                          [this](const kube::ObjectPtr& robot) {
-                                            const std::string name = crd::read_robot(*robot).name;
-                                            loop_.post([this, name] {
-                                              robot_memory_.erase(name);
-                                              for (const auto& task : tasks_->by_index("robot", name)) {
-                                                if (crd::read_task(*task).deleting) reconcile_task(task);
-                                              }
-                                            });
-                                          },
-                                          {}});
+  robots_->add_handler(
+      kube::EventHandler{{},
+                         [this](const kube::ObjectPtr&, const kube::ObjectPtr& robot) {
+                           loop_.post([this, name = crd::read_robot(*robot).name] { on_robot_changed(name, false); });
+                         },
+                         [this](const kube::ObjectPtr& robot) {
+                           loop_.post([this, name = crd::read_robot(*robot).name] { on_robot_changed(name, true); });
+                         },
+                         [connected = kube::field_changed("/status/connected"),
+                          phase = kube::field_changed("/status/phase")](const json& old_robot, const json& robot) {
+                           return connected(old_robot, robot) || phase(old_robot, robot);
+                         }});
 
   writer_ = std::make_unique<KubeWriter>(
       client_,

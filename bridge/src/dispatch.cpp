@@ -60,19 +60,23 @@ void Bridge::reconcile_task(const kube::ObjectPtr& task) {
   const auto elapsed = now() - *view.dispatched_at;
   const auto resend_after = std::chrono::duration_cast<std::chrono::nanoseconds>(config_.dispatch_resend_after);
   if (elapsed >= resend_after) return dispatch(task, true);
-  if (memory.resend_timer == 0) {
-    const std::string name = view.name;
-    memory.resend_timer = loop_.after(resend_after - elapsed, [this, name, uid = view.uid] {
-      task_memory_[uid].resend_timer = 0;
-      if (auto fresh = tasks_->get(namespace_, name)) {
-        const crd::TaskView again = crd::read_task(*fresh);
-        const auto applied = task_memory_[uid].applied.state;
-        if (again.uid == uid && !again.deleting &&
-            (applied ? *applied : again.state.value_or(crd::TaskState::pending)) == crd::TaskState::dispatching)
-          dispatch(fresh, true);
-      }
-    });
-  }
+  if (memory.resend_timer == 0) schedule_resend(view.uid, view.name, resend_after - elapsed);
+}
+
+void Bridge::schedule_resend(const std::string& uid, const std::string& name, std::chrono::nanoseconds delay) {
+  TaskMemory& memory = task_memory_[uid];
+  if (memory.resend_timer) loop_.cancel(memory.resend_timer);
+  memory.resend_timer = loop_.after(delay, [this, uid, name] {
+    TaskMemory& due = task_memory_[uid];
+    due.resend_timer = 0;
+    const kube::ObjectPtr fresh = tasks_->get(namespace_, name);
+    if (!fresh) return;
+    const crd::TaskView view = crd::read_task(*fresh);
+    // Still dispatching, by the cache and by what this bridge applied since:
+    // the robot has not reported.
+    const auto state = due.applied.state ? due.applied.state : view.state;
+    if (view.uid == uid && !view.deleting && state == crd::TaskState::dispatching) dispatch(fresh, true);
+  });
 }
 
 void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
@@ -101,7 +105,9 @@ void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
                view.target_robot);
   const std::string uid = view.uid, name = view.name;
   publish(topic.value(), payload.value(), [this, uid, name, started](bool ok) {
-    TaskMemory& sent = task_memory_[uid];
+    auto found = task_memory_.find(uid);
+    if (found == task_memory_.end()) return;  // deleted meanwhile; on_task_deleted stopped it
+    TaskMemory& sent = found->second;
     if (!ok) {
       // Not acknowledged: try again soon, from the cache's state then.
       sent.dispatched.reset();
@@ -116,15 +122,7 @@ void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
     request.finalizer = true;
     request.status_patch = {{"status", {{"dispatchedAt", format_rfc3339(now(), TimePrecision::microseconds)}}}};
     writer_->write(task_ref(name), std::move(request));
-    if (sent.resend_timer) loop_.cancel(sent.resend_timer);
-    sent.resend_timer = loop_.after(config_.dispatch_resend_after, [this, uid, name] {
-      task_memory_[uid].resend_timer = 0;
-      auto fresh = tasks_->get(namespace_, name);
-      if (!fresh || crd::read_task(*fresh).uid != uid || crd::read_task(*fresh).deleting) return;
-      const auto applied = task_memory_[uid].applied.state;
-      const auto state = applied ? applied : crd::read_task(*fresh).state;
-      if (state == crd::TaskState::dispatching) dispatch(fresh, true);
-    });
+    schedule_resend(uid, name, config_.dispatch_resend_after);
   });
 }
 
@@ -168,6 +166,13 @@ void Bridge::release(const kube::ObjectPtr& task, const std::string& why) {
   WriteRequest request;
   request.finalizer = false;
   writer_->write(task_ref(view.name), std::move(request));
+}
+
+void Bridge::on_robot_changed(const std::string& robot_id, bool deleted) {
+  if (deleted) robot_memory_.erase(robot_id);
+  for (const auto& task : tasks_->by_index("robot", robot_id)) {
+    if (crd::read_task(*task).deleting) reconcile_task(task);
+  }
 }
 
 void Bridge::on_task_deleted(const kube::ObjectPtr& task) {

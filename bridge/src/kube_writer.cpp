@@ -27,11 +27,6 @@ void KubeWriter::stop() {
   }
 }
 
-std::size_t KubeWriter::pending() const {
-  std::lock_guard lock(mutex_);
-  return pending_.size();
-}
-
 void KubeWriter::merge(Pending& older, Pending newer) {
   if (newer.create) older.create = std::move(newer.create);
   if (!newer.main_patch.is_null())
@@ -82,14 +77,21 @@ void KubeWriter::count(const std::string& verb, int code) {
   metrics_.add("k8s4r_bridge_kube_writes_total", {{"verb", verb}, {"code", std::to_string(code)}});
 }
 
+namespace {
+
+// Gone (404), or refused for what it says (400, 403, 422): retrying would
+// change nothing. Conflicts, 429, server trouble and no answer are retried.
+bool refused_for_good(const kube::ApiError& error) {
+  return error.not_found() || error.code == 400 || error.code == 403 || error.code == 422;
+}
+
+}  // namespace
+
 bool KubeWriter::execute(Pending& pending, std::string& error, bool& permanent) {
   const ObjectRef& ref = pending.object;
   const auto failed = [&](const kube::ApiError& api_error) {
     error = api_error.to_string();
-    // Gone, or refused for what it says (400, 403, 422 on a merge patch):
-    // retrying would change nothing. Conflicts and server trouble are retried.
-    permanent = api_error.not_found() || api_error.code == 400 || api_error.code == 403 ||
-                (api_error.code == 422 && !pending.finalizer);
+    permanent = refused_for_good(api_error);
     return false;
   };
   if (pending.create) {
@@ -142,7 +144,15 @@ bool KubeWriter::execute(Pending& pending, std::string& error, bool& permanent) 
   if (!pending.status_patch.is_null()) {
     auto patched = client_.merge_patch(ref.resource, ref.namespace_, ref.name, pending.status_patch, true);
     count("patch_status", patched ? 200 : patched.error().code);
-    if (!patched) return failed(patched.error());
+    if (!patched) {
+      // A status the server refuses must not hold a Task being deleted:
+      // it is dropped (and counted) and the release goes ahead.
+      const bool release_waits =
+          pending.finalizer == false && refused_for_good(patched.error()) && !patched.error().not_found();
+      if (!release_waits) return failed(patched.error());
+      metrics_.add("k8s4r_bridge_kube_writes_dropped_total");
+      spdlog::warn("status of {} dropped, releasing it all the same: {}", ref.key(), patched.error().to_string());
+    }
     pending.status_patch = nullptr;
   }
   return finalizer_step();
@@ -170,8 +180,7 @@ void KubeWriter::run() {
       ok = created || created.error().already_exists();
       if (!ok) {
         error = created.error().to_string();
-        permanent = created.error().code == 400 || created.error().code == 403 || created.error().code == 422 ||
-                    created.error().not_found();
+        permanent = refused_for_good(created.error());
       }
     } else {
       ok = execute(pending, error, permanent);

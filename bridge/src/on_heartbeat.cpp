@@ -3,7 +3,9 @@
 // operator acts on changed (running tasks, capacity, connection). A heartbeat
 // between writes is remembered (the newest only) and written in the robot's
 // next slot, so a robot that stops heartbeating still has its last one
-// written, at most one interval late.
+// written, at most one interval late. What was written last is first read
+// from the cached Robot, so a restarted bridge does not write every Robot at
+// once.
 #include "k8s4r/bridge/bridge.h"
 
 #include <spdlog/spdlog.h>
@@ -19,21 +21,30 @@ void Bridge::on_heartbeat(const Heartbeat& message) {
            robot_id);
     return;
   }
-  RobotMemory& memory = robot_memory_[robot_id];
-  if (!memory.wrote) memory.written = facts_of_robot(*robot);
-  const HeartbeatFacts facts = facts_of(message);
-  memory.unwritten = message;
   const auto interval =
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.heartbeat_write_interval);
-  const auto since = std::chrono::steady_clock::now() - memory.last_write;
-  const bool changed = facts.running_tasks != memory.written.running_tasks ||
-                       (!facts.capacity.is_null() && facts.capacity != memory.written.capacity) ||
-                       facts.connected != memory.written.connected;
+  const auto steady_now = std::chrono::steady_clock::now();
+  RobotMemory& memory = robot_memory_[robot_id];
+  if (!memory.wrote) {
+    // First sight since this bridge started (or since the robot
+    // registered): what the Robot holds, and how old its heartbeat is.
+    memory.written = facts_of_robot(*robot);
+    const auto& status = (*robot)["status"];
+    if (auto last = parse_rfc3339(status.is_object() ? status.value("lastHeartbeatTime", "") : "")) {
+      const auto age = std::chrono::duration_cast<std::chrono::steady_clock::duration>(now() - last.value());
+      if (age >= std::chrono::steady_clock::duration::zero() && age < interval) {
+        memory.wrote = true;
+        memory.last_write = steady_now - age;
+      }
+    }
+  }
+  HeartbeatFacts facts = facts_of(message);
+  if (facts.capacity.is_null()) facts.capacity = memory.written.capacity;  // not sent: unchanged
+  memory.unwritten = std::pair{message, facts};
+  const auto since = steady_now - memory.last_write;
+  const bool changed = facts != memory.written;
   if (!memory.wrote || changed || since >= interval) {
-    metrics_.add("k8s4r_bridge_heartbeat_writes_total", {{"reason", !memory.wrote ? "first"
-                                                                    : changed     ? "changed"
-                                                                                  : "interval"}});
-    write_heartbeat(robot_id);
+    write_heartbeat(robot_id, !memory.wrote ? "first" : changed ? "changed" : "interval");
     return;
   }
   metrics_.add("k8s4r_bridge_heartbeats_coalesced_total");
@@ -42,30 +53,26 @@ void Bridge::on_heartbeat(const Heartbeat& message) {
       auto found = robot_memory_.find(robot_id);
       if (found == robot_memory_.end()) return;
       found->second.flush_timer = 0;
-      if (found->second.unwritten) {
-        metrics_.add("k8s4r_bridge_heartbeat_writes_total", {{"reason", "interval"}});
-        write_heartbeat(robot_id);
-      }
+      write_heartbeat(robot_id, "interval");
     });
   }
 }
 
-void Bridge::write_heartbeat(const std::string& robot_id) {
+void Bridge::write_heartbeat(const std::string& robot_id, const char* reason) {
   RobotMemory& memory = robot_memory_[robot_id];
   if (!memory.unwritten) return;
   const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
   if (!robot) return;
-  const Heartbeat message = *memory.unwritten;
+  auto [message, facts] = std::move(*memory.unwritten);
   memory.unwritten.reset();
-  HeartbeatFacts facts = facts_of(message);
-  if (facts.capacity.is_null()) facts.capacity = memory.written.capacity;
-  memory.written = facts;
+  memory.written = std::move(facts);
   memory.wrote = true;
   memory.last_write = std::chrono::steady_clock::now();
   if (memory.flush_timer) {
     loop_.cancel(memory.flush_timer);
     memory.flush_timer = 0;
   }
+  metrics_.add("k8s4r_bridge_heartbeat_writes_total", {{"reason", reason}});
   WriteRequest request;
   request.status_patch = heartbeat_status_patch(message, *robot, now());
   writer_->write(robot_ref(robot_id), std::move(request));

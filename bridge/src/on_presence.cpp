@@ -1,8 +1,11 @@
 // Presence, the agent's online message and its last will: the Connected
 // condition and status.connected, written at once, so an operator sees a
-// dropped robot before any heartbeat threshold. A presence older than the
-// last one applied (a will from an earlier connection, delivered late) is
-// dropped.
+// dropped robot before any heartbeat threshold. Presences are applied in the
+// order they arrive: the broker delivers one topic's messages in order (a
+// will is published when its connection dies, before the next online
+// message), while robots' clocks, often without a battery-backed clock, cannot
+// be compared. Only a repeat of the last one (a retained message seen again
+// on resubscribing) is skipped.
 #include "k8s4r/bridge/bridge.h"
 
 #include <spdlog/spdlog.h>
@@ -20,10 +23,6 @@ void Bridge::on_presence(const Presence& message) {
     return;
   }
   RobotMemory& memory = robot_memory_[robot_id];
-  if (memory.presence_time && message.timestamp < *memory.presence_time) {
-    refuse("a presence", {"StalePresence", "older than the presence already applied"}, robot_id);
-    return;
-  }
   if (memory.presence_time && message.timestamp == *memory.presence_time && message.online == memory.presence_online) {
     return;  // the same retained message again (a resubscription)
   }

@@ -35,9 +35,9 @@ void Bridge::on_register(const Register& message) {
                                        current.get())));
     });
   };
-  // A new registration is a fresh start for heartbeat coalescing.
+  // A new registration is a fresh start for heartbeat coalescing: the next
+  // heartbeat compares with the Robot as the cache then holds it.
   RobotMemory& memory = robot_memory_[robot_id];
-  memory.written = {};
   memory.wrote = false;
   memory.unwritten.reset();
   writer_->write(robot_ref(robot_id), std::move(request));

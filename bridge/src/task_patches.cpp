@@ -46,6 +46,18 @@ std::optional<TaskEvent> event_for(const TaskStatus& report, std::optional<crd::
   return std::nullopt;
 }
 
+// At most `limit` bytes, cut at a UTF-8 character boundary.
+std::string truncated(const std::string& text, std::size_t limit) {
+  if (text.size() <= limit) return text;
+  std::size_t end = limit;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
+}
+
+// An Event is for people and lives in etcd: a robot's message, up to the
+// payload limit, is cut to what events.k8s.io allows a note.
+constexpr std::size_t kMaxEventMessageBytes = 1024;
+
 }  // namespace
 
 Decision<StatusWrite> status_write(const TaskStatus& report, const json& task, const AppliedStatus& applied) {
@@ -115,7 +127,7 @@ json task_event(const json& task, const TaskEvent& event, const TaskStatus& repo
             {"namespace", view.namespace_},
             {"uid", view.uid}}},
           {"reason", event.reason},
-          {"message", event.message},
+          {"message", truncated(event.message, kMaxEventMessageBytes)},
           {"type", event.type},
           {"source", {{"component", "k8s4r-bridge"}, {"host", report.robot_id}}},
           {"reportingComponent", "k8s4r-bridge"},

@@ -5,14 +5,13 @@ import json
 import pathlib
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "agent"))
 
-from agent_support import AgentProcess, processes_marked, alive  # noqa: E402,F401
+from agent_support import AgentProcess, processes_marked  # noqa: E402,F401
 from conftest import binary, free_port, terminate, wait_until  # noqa: E402
 
 TOKEN = "s3cret-robot-1"
@@ -125,6 +124,3 @@ def wait_state(sim, name, state, timeout=20):
 def digest(token):
     return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 
-
-def now():
-    return time.monotonic()

@@ -4,7 +4,7 @@ import os
 import signal
 import time
 
-from bridge_support import (TOKEN, AgentProcess, BridgeProcess, bridge, create_task, digest, dispatch, get,  # noqa: F401
+from bridge_support import (TOKEN, BridgeProcess, bridge, create_task, digest, dispatch, get,  # noqa: F401
                             processes_marked, robot, state_of, wait_state, wait_until)
 
 

@@ -176,6 +176,10 @@ TEST(TaskPatches, AnEventsNameIsTheSameForTheSameReport) {
   EXPECT_EQ(first["involvedObject"]["kind"], "Task");
   EXPECT_EQ(first["involvedObject"]["uid"], task["metadata"]["uid"]);
   EXPECT_EQ(first["reason"], "Completed");
+  // A robot's long message is cut, at a character boundary.
+  const TaskEvent wordy{"Warning", "Failed", std::string(1023, 'x') + "\u00e9" + std::string(100000, 'y')};
+  const std::string message = task_event(task, wordy, done, kNow)["message"];
+  EXPECT_EQ(message, std::string(1023, 'x'));
 }
 
 TEST(DispatchMessage, ATaskBecomesTheCreateTheAgentReads) {

@@ -71,16 +71,15 @@ class Bridge {
   struct RobotMemory {
     HeartbeatFacts written;  // what the last heartbeat write said
     std::chrono::steady_clock::time_point last_write{};
-    bool wrote = false;
+    bool wrote = false;                      // `written` and `last_write` are known
     std::optional<Timestamp> presence_time;  // of the last presence applied
     bool presence_online = false;
     daemon::EventLoop::TimerId flush_timer = 0;
-    std::optional<Heartbeat> unwritten;  // the newest heartbeat not yet written
+    std::optional<std::pair<Heartbeat, HeartbeatFacts>> unwritten;  // the newest heartbeat not yet written
   };
   struct TaskMemory {
     AppliedStatus applied;
     std::optional<std::chrono::steady_clock::time_point> dispatched;  // published in this run
-    std::chrono::steady_clock::time_point dispatching_seen{};
     daemon::EventLoop::TimerId resend_timer = 0;
     int delete_sends = 0;
     bool released = false;
@@ -104,7 +103,7 @@ class Bridge {
   void on_register(const Register& message);
   // on_heartbeat.cpp
   void on_heartbeat(const Heartbeat& message);
-  void write_heartbeat(const std::string& robot_id);
+  void write_heartbeat(const std::string& robot_id, const char* reason);
   // on_presence.cpp
   void on_presence(const Presence& message);
   // on_task_status.cpp
@@ -112,7 +111,9 @@ class Bridge {
   // dispatch.cpp
   void reconcile_task(const kube::ObjectPtr& task);
   void on_task_deleted(const kube::ObjectPtr& task);
+  void on_robot_changed(const std::string& robot_id, bool deleted);
   void dispatch(const kube::ObjectPtr& task, bool resend);
+  void schedule_resend(const std::string& uid, const std::string& name, std::chrono::nanoseconds delay);
   void stop_on_robot(const kube::ObjectPtr& task);
   bool robot_gone(const std::string& robot_id) const;
   void release(const kube::ObjectPtr& task, const std::string& why);

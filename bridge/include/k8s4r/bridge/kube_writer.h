@@ -8,9 +8,11 @@
 //
 // A pending write on one object runs its steps in this order: create (409
 // AlreadyExists counts as done), the main resource's merge patch, the
-// finalizer (a JSON patch computed from the freshest cached object when the
-// step runs, tested against it), the /status merge patch. A failed step
-// keeps itself and the steps after it pending.
+// finalizer when it is added (a JSON patch computed from the freshest cached
+// object when the step runs, tested against it), the /status merge patch,
+// the finalizer when it is removed (so a Task's last state is in before it
+// goes). A failed step keeps itself and the steps after it pending; a status
+// the server refuses for good does not hold up a release.
 //
 // Events are their own keys, created once each.
 //
@@ -69,7 +71,6 @@ class KubeWriter {
   // (they are read back from the resources and MQTT after a restart).
   void stop();
   kube::WorkQueueMetrics queue_metrics() const { return queue_.metrics(); }
-  std::size_t pending() const;
 
  private:
   struct Pending {
@@ -83,8 +84,8 @@ class KubeWriter {
   };
   static void merge(Pending& older, Pending newer);
   void run();
-  // Runs the steps; returns the steps still to do (empty when all done) and
-  // whether to retry them.
+  // Runs the steps, clearing each one done; false when one failed, with
+  // `permanent` telling whether retrying could help.
   bool execute(Pending& pending, std::string& error, bool& permanent);
   void count(const std::string& verb, int code);
 

@@ -12,7 +12,7 @@ namespace k8s4r::bridge {
 
 struct Refusal {
   // InvalidPayload, InvalidTopic, TopicMismatch, UnknownRobot, RobotRejected,
-  // UnknownTask, WrongRobot, StaleSeq, TaskFinished, StalePresence, InvalidTask
+  // UnknownTask, WrongRobot, StaleSeq, TaskFinished, InvalidTask
   std::string reason;
   std::string message;
 };
