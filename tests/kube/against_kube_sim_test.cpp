@@ -51,7 +51,7 @@ struct Recorder {
   void handle(Informer& informer) {
     informer.add_handler({[this](const ObjectPtr& o) { add(*o); },
                           [this](const ObjectPtr&, const ObjectPtr& o) { add(*o); },
-                          [this](const ObjectPtr& o) {
+                          [this](const ObjectPtr& o, bool) {
                             std::lock_guard lock(mutex);
                             seen.insert("deleted " + (*o)["metadata"]["name"].get<std::string>());
                           },
@@ -254,6 +254,47 @@ TEST(AgainstKubeSim, ConsistencyCheckDetectsALostEventAndRelists) {
   EXPECT_TRUE(eventually([&] { return informer.metrics().consistency_mismatches >= 1; }));
   EXPECT_TRUE(eventually([&] { return cache_state(informer) == server_state(client); }));
   EXPECT_EQ((*informer.get("default", "a"))["spec"]["user"], "lost");
+  informer.stop();
+}
+
+TEST(AgainstKubeSim, StopAbandonsAListTheServerIsSlowToAnswer) {
+  Sim sim;
+  ASSERT_TRUE(sim.client.create(kTasks, "default", task_json("a")));
+  sim.admin("faults", {{"latencyMs", 60'000}});  // every request now takes a minute
+  Informer informer(sim.client, fast_options());
+  informer.start();
+  EXPECT_FALSE(informer.wait_for_sync(300ms));  // the list is in flight
+  const auto before = std::chrono::steady_clock::now();
+  informer.stop();
+  // libcurl notices the cancel within about a second.
+  EXPECT_LT(std::chrono::steady_clock::now() - before, 5s);
+  sim.admin("faults", {{"latencyMs", 0}});
+}
+
+TEST(AgainstKubeSim, InformerSyncsWhileWritesOutrunItsContinueTokens) {
+  // A window of 5 changes: a token is too old after 5 writes, and a page
+  // takes longer than a write, so paging through 200 Tasks never finishes.
+  Sim sim({"--history", "5"});
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(sim.client.create(kTasks, "default", task_json("t" + std::to_string(i))));
+  std::atomic<bool> writing{true};
+  std::thread writer([&] {
+    Client client(sim.process.config());
+    for (int i = 0; writing; ++i)
+      (void)client.merge_patch(kTasks, "default", "t" + std::to_string(i % 200),
+                               {{"spec", {{"user", std::to_string(i)}}}});
+  });
+  InformerOptions options = fast_options();
+  options.page_size = 2;
+  sim.admin("faults", {{"latencyMs", 5}});
+  Informer informer(sim.client, options);
+  informer.start();
+  const bool synced = informer.wait_for_sync(20s);
+  writing = false;
+  writer.join();
+  sim.admin("faults", {{"latencyMs", 0}});
+  EXPECT_TRUE(synced);
+  EXPECT_GE(informer.metrics().list_fallbacks, 1u);
+  EXPECT_TRUE(eventually([&] { return cache_state(informer) == server_state(sim.client); }));
   informer.stop();
 }
 

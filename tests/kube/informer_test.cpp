@@ -1,5 +1,8 @@
 // The reflector's logic against a scripted server: relist after 410 delivers
-// the difference once, predicates, indexes.
+// the difference once, predicates, indexes; and the informer under fleet
+// load: a slow handler delays only itself, an expired continue token falls
+// back to one full list, failures back off with jitter, stop() does not wait
+// out a list, a throwing index function, handlers added late, the transform.
 #include "k8s4r/kube/informer.h"
 
 #include "fake_transport.h"
@@ -8,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <thread>
 
 namespace k8s4r::kube {
 namespace {
@@ -75,6 +79,17 @@ class ScriptedServer {
   bool done_ = false;
 };
 
+// Polls `condition` until it holds or 10 s pass.
+template <class Condition>
+bool eventually(Condition condition) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
 json list_of(const std::string& version, std::vector<json> items) {
   return {{"metadata", {{"resourceVersion", version}}}, {"items", items}};
 }
@@ -104,18 +119,24 @@ TEST(Informer, RelistAfterExpiredDeliversTheDifferenceOnce) {
                           events.push_back("update " + (*o)["metadata"]["name"].get<std::string>() + "@" +
                                            (*o)["metadata"]["resourceVersion"].get<std::string>());
                         },
-                        [&](const ObjectPtr& o) {
+                        [&](const ObjectPtr& o, bool final_state_unknown) {
                           std::lock_guard l(events_mutex);
-                          events.push_back("delete " + (*o)["metadata"]["name"].get<std::string>());
+                          events.push_back("delete " + (*o)["metadata"]["name"].get<std::string>() +
+                                           (final_state_unknown ? " (last state unknown)" : ""));
                         },
                         {}});
   informer.add_index(
       "robot", [](const json& o) { return std::vector<std::string>{o["spec"]["targetRobot"].get<std::string>()}; });
   informer.start();
   server.wait_until_done();
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard l(events_mutex);
+    return events.size() >= 6;
+  }));
   informer.stop();
 
-  EXPECT_EQ(events, (std::vector<std::string>{"add a", "add b", "update a@11", "delete b", "update a@15", "add c"}));
+  EXPECT_EQ(events, (std::vector<std::string>{"add a", "add b", "update a@11", "delete b (last state unknown)",
+                                              "update a@15", "add c"}));
   EXPECT_EQ(informer.list().size(), 2u);
   EXPECT_EQ(informer.resource_version(), "25");
   EXPECT_EQ(informer.get_by_uid("uid-c")->at("metadata")["name"], "c");
@@ -143,6 +164,7 @@ TEST(Informer, PredicatesDropUpdatesAHandlerDoesNotCareAbout) {
   informer.add_handler({nullptr, [&](const ObjectPtr&, const ObjectPtr&) { ++all_updates; }, nullptr, {}});
   informer.start();
   server.wait_until_done();
+  ASSERT_TRUE(eventually([&] { return all_updates == 2 && state_updates == 2 && spec_updates >= 1; }));
   informer.stop();
   EXPECT_EQ(spec_updates, 1);   // only the generation bump
   EXPECT_EQ(state_updates, 2);  // state appeared, then vanished
@@ -156,6 +178,260 @@ TEST(Informer, CacheHashIsOrderIndependentAndSeesVersions) {
   EXPECT_EQ(cache_hash({a, b}), cache_hash({b, a}));
   EXPECT_NE(cache_hash({a, b}), cache_hash({a, b2}));
   EXPECT_NE(cache_hash({a, b}), cache_hash({a}));
+}
+
+// A watch that never ends until cancelled: what a quiet server looks like.
+FakeReply quiet_watch(const HttpRequest&) { return FakeReply{HttpResponse{200, "", ""}}; }
+
+bool is_watch(const HttpRequest& request) { return request.path.find("watch=1") != std::string::npos; }
+
+Client client_for(FakeTransport::Script script) {
+  ClientConfig config;
+  config.max_attempts = 1;
+  return Client(config, std::make_unique<FakeTransport>(std::move(script)), [](std::chrono::milliseconds) {});
+}
+
+InformerOptions quick_options() {
+  InformerOptions options{kTasks, "default"};
+  options.retry_delay = 10ms;
+  options.max_retry_delay = 20ms;
+  return options;
+}
+
+// Holds a handler until the test opens it.
+class Gate {
+ public:
+  void pass() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return open_; });
+  }
+  void open() {
+    {
+      std::lock_guard lock(mutex_);
+      open_ = true;
+    }
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool open_ = false;
+};
+
+TEST(Informer, ASlowHandlerDelaysOnlyItselfNotTheCacheOrOtherHandlers) {
+  constexpr int kTasksInWatch = 200;
+  std::vector<std::string> lines;
+  for (int i = 0; i < kTasksInWatch; ++i)
+    lines.push_back(event("ADDED", task("t" + std::to_string(i), "1" + std::to_string(i), "r")));
+  ScriptedServer server({{list_of("1", {}), lines}});
+  Client client(ClientConfig{}, std::make_unique<FakeTransport>([&](const HttpRequest& r) { return server.answer(r); }),
+                [](std::chrono::milliseconds) {});
+  Informer informer(client, quick_options());
+  Gate gate;
+  std::atomic<int> slow_seen{0}, fast_seen{0};
+  informer.add_handler({[&](const ObjectPtr&) {
+                          gate.pass();  // stuck until the test opens the gate
+                          ++slow_seen;
+                        },
+                        nullptr,
+                        nullptr,
+                        {}});
+  informer.add_handler({[&](const ObjectPtr&) { ++fast_seen; }, nullptr, nullptr, {}});
+  informer.start();
+  // The slow handler is stuck on its first event; the cache and the other
+  // handler are not held back by it.
+  EXPECT_TRUE(eventually([&] { return informer.list().size() == kTasksInWatch && fast_seen == kTasksInWatch; }));
+  EXPECT_EQ(slow_seen, 0);
+  EXPECT_GE(informer.metrics().handler_backlog, static_cast<std::uint64_t>(kTasksInWatch - 1));
+  gate.open();
+  EXPECT_TRUE(eventually([&] { return slow_seen == kTasksInWatch; }));
+  EXPECT_EQ(informer.metrics().handler_backlog, 0u);
+  informer.stop();
+}
+
+TEST(Informer, HasSyncedWaitsForEveryHandlerToHandleTheFirstList) {
+  ScriptedServer server(
+      std::vector<ScriptedServer::Round>{{list_of("1", {task("a", "1", "r"), task("b", "1", "r")}), {}}});
+  Client client(ClientConfig{}, std::make_unique<FakeTransport>([&](const HttpRequest& r) { return server.answer(r); }),
+                [](std::chrono::milliseconds) {});
+  Informer informer(client, quick_options());
+  Gate gate;
+  informer.add_handler({[&](const ObjectPtr&) { gate.pass(); }, nullptr, nullptr, {}});
+  informer.start();
+  ASSERT_TRUE(eventually([&] { return informer.list().size() == 2; }));
+  EXPECT_FALSE(informer.wait_for_sync(50ms));  // cached, but not yet handled
+  gate.open();
+  EXPECT_TRUE(informer.wait_for_sync(10s));
+  informer.stop();
+}
+
+TEST(Informer, AnExpiredContinueTokenFallsBackToOneFullList) {
+  std::atomic<int> full_lists{0};
+  Client client = client_for([&](const HttpRequest& request) -> FakeReply {
+    if (is_watch(request)) return quiet_watch(request);
+    if (request.path.find("continue=") != std::string::npos) {
+      return FakeReply{HttpResponse{410,
+                                    json{{"kind", "Status"},
+                                         {"code", 410},
+                                         {"reason", "Expired"},
+                                         {"message", "The provided continue parameter is too old"}}
+                                        .dump(),
+                                    ""}};
+    }
+    if (request.path.find("limit=") != std::string::npos) {
+      json page = list_of("10", {task("a", "5", "r")});
+      page["metadata"]["continue"] = "token-1";
+      return FakeReply{HttpResponse{200, page.dump(), ""}};
+    }
+    ++full_lists;
+    return FakeReply{HttpResponse{200, list_of("30", {task("a", "25", "r"), task("b", "26", "r")}).dump(), ""}};
+  });
+  InformerOptions options = quick_options();
+  options.page_size = 1;
+  Informer informer(client, options);
+  informer.start();
+  ASSERT_TRUE(informer.wait_for_sync(10s));
+  // Not retried forever from the same token: one full list, at its own version.
+  EXPECT_EQ(full_lists, 1);
+  EXPECT_EQ(informer.metrics().list_fallbacks, 1u);
+  EXPECT_EQ(informer.list().size(), 2u);
+  EXPECT_EQ((*informer.get("default", "a"))["metadata"]["resourceVersion"], "25");
+  EXPECT_EQ(informer.resource_version(), "30");
+  informer.stop();
+}
+
+TEST(Informer, FailingListsBackOffExponentiallyWithJitter) {
+  std::mutex mutex;
+  std::vector<std::chrono::steady_clock::time_point> attempts;
+  Client client = client_for([&](const HttpRequest& request) -> FakeReply {
+    if (is_watch(request)) return quiet_watch(request);
+    std::lock_guard lock(mutex);
+    attempts.push_back(std::chrono::steady_clock::now());
+    return FakeReply{HttpResponse{500, "{}", ""}};
+  });
+  InformerOptions options{kTasks, "default"};
+  options.retry_delay = 20ms;
+  options.max_retry_delay = 160ms;
+  Informer informer(client, options);
+  informer.start();
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lock(mutex);
+    return attempts.size() >= 8;
+  }));
+  informer.stop();
+  std::lock_guard lock(mutex);
+  // Waits 20, 40, 80, 160, 160... ms, each jittered to at least half: a slow
+  // machine only makes the gaps longer, so lower bounds are safe to assert.
+  const std::vector<long> least_ms{10, 20, 40, 80, 80, 80, 80};
+  for (std::size_t i = 0; i < least_ms.size(); ++i) {
+    const auto gap = std::chrono::duration_cast<std::chrono::milliseconds>(attempts[i + 1] - attempts[i]).count();
+    EXPECT_GE(gap, least_ms[i]) << "gap " << i;
+  }
+  EXPECT_GE(informer.metrics().retries, 7u);
+  EXPECT_FALSE(informer.has_synced());
+}
+
+TEST(Informer, StopCancelsAListInFlightAndItsRetries) {
+  std::atomic<bool> list_started{false};
+  ClientConfig config;
+  config.max_attempts = 100;  // a list retried for minutes, were it not cancelled
+  Client client(config, std::make_unique<FakeTransport>([&](const HttpRequest& request) -> FakeReply {
+                  list_started = true;
+                  // A server that takes 30 s to answer, unless the request is abandoned.
+                  const auto deadline = std::chrono::steady_clock::now() + 30s;
+                  while (std::chrono::steady_clock::now() < deadline && !(request.cancel && request.cancel->load()))
+                    std::this_thread::sleep_for(5ms);
+                  return FakeReply{Error{"http", "timed out"}};
+                }));
+  Informer informer(client, quick_options());
+  informer.start();
+  ASSERT_TRUE(eventually([&] { return list_started.load(); }));
+  const auto before = std::chrono::steady_clock::now();
+  informer.stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - before, 5s);
+}
+
+TEST(Informer, AThrowingIndexFunctionIsCountedAndTheObjectStaysCached) {
+  ScriptedServer server(std::vector<ScriptedServer::Round>{
+      {list_of("1", {task("a", "1", "r1"), task("bad", "2", "r1")}), {event("ADDED", task("c", "3", "r2"))}}});
+  Client client(ClientConfig{}, std::make_unique<FakeTransport>([&](const HttpRequest& r) { return server.answer(r); }),
+                [](std::chrono::milliseconds) {});
+  Informer informer(client, quick_options());
+  informer.add_index("robot", [](const json& o) -> std::vector<std::string> {
+    if (o["metadata"]["name"] == "bad") throw std::runtime_error("no robot");
+    return {o["spec"]["targetRobot"].get<std::string>()};
+  });
+  informer.start();
+  ASSERT_TRUE(informer.wait_for_sync(10s));
+  ASSERT_TRUE(eventually([&] { return informer.list().size() == 3; }));
+  EXPECT_NE(informer.get("default", "bad"), nullptr);
+  EXPECT_EQ(informer.by_index("robot", "r1").size(), 1u);  // a, not bad
+  EXPECT_EQ(informer.by_index("robot", "r2").size(), 1u);
+  EXPECT_EQ(informer.metrics().index_errors, 1u);
+  informer.stop();
+}
+
+TEST(Informer, AHandlerAddedAfterStartSeesTheCacheThenEveryChange) {
+  std::atomic<bool> release_watch{false}, finished{false};
+  Client client = client_for([&](const HttpRequest& request) -> FakeReply {
+    if (!is_watch(request))
+      return FakeReply{HttpResponse{200, list_of("5", {task("a", "1", "r"), task("b", "2", "r")}).dump(), ""}};
+    while (!release_watch && !finished) std::this_thread::sleep_for(2ms);
+    FakeReply reply{HttpResponse{200, "", ""}};
+    reply.lines = {event("MODIFIED", task("a", "6", "r")), event("DELETED", task("b", "7", "r"))};
+    release_watch = false;  // the next watch waits again
+    return reply;
+  });
+  Informer informer(client, quick_options());
+  informer.start();
+  ASSERT_TRUE(informer.wait_for_sync(10s));
+  std::mutex mutex;
+  std::vector<std::string> seen;
+  const auto record = [&](std::string what) {
+    std::lock_guard lock(mutex);
+    seen.push_back(std::move(what));
+  };
+  informer.add_handler(
+      {[&](const ObjectPtr& o) { record("add " + (*o)["metadata"]["name"].get<std::string>()); },
+       [&](const ObjectPtr&, const ObjectPtr& o) { record("update " + (*o)["metadata"]["name"].get<std::string>()); },
+       [&](const ObjectPtr& o, bool) { record("delete " + (*o)["metadata"]["name"].get<std::string>()); },
+       {}});
+  EXPECT_TRUE(informer.wait_for_sync(10s));  // the late handler's share of the cache is handled
+  release_watch = true;
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lock(mutex);
+    return seen.size() >= 4;
+  }));
+  finished = true;
+  informer.stop();
+  EXPECT_EQ(seen, (std::vector<std::string>{"add a", "add b", "update a", "delete b"}));
+}
+
+TEST(Informer, TheTransformShapesWhatIsCachedFromListsAndWatches) {
+  json listed = task("a", "1", "r");
+  listed["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
+  json watched = task("b", "2", "r");
+  watched["metadata"]["managedFields"] = json::array({{{"manager", "k8s4r-bridge"}}});
+  watched["status"] = {{"logsTail", std::string(1000, 'x')}};
+  ScriptedServer server(std::vector<ScriptedServer::Round>{{list_of("1", {listed}), {event("ADDED", watched)}}});
+  Client client(ClientConfig{}, std::make_unique<FakeTransport>([&](const HttpRequest& r) { return server.answer(r); }),
+                [](std::chrono::milliseconds) {});
+  InformerOptions options = quick_options();
+  const auto default_transform = options.transform;
+  options.transform = [&](json& object) {
+    default_transform(object);
+    if (object.contains("status")) object["status"].erase("logsTail");
+  };
+  Informer informer(client, options);
+  informer.start();
+  ASSERT_TRUE(eventually([&] { return informer.list().size() == 2; }));
+  for (const ObjectPtr& object : informer.list()) {
+    EXPECT_FALSE((*object)["metadata"].contains("managedFields")) << object->dump();
+    EXPECT_FALSE(object->contains("status") && (*object)["status"].contains("logsTail")) << object->dump();
+    EXPECT_TRUE((*object)["metadata"].contains("uid"));
+  }
+  informer.stop();
 }
 
 }  // namespace

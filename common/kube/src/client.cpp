@@ -95,10 +95,13 @@ ApiResult<HttpResponse> Client::execute(const HttpRequest& request,
                                         const std::function<bool()>& may_retry) {
   const bool idempotent = request.method != "POST";
   std::chrono::milliseconds backoff{100};
+  const auto cancelled = [&] { return request.cancel && request.cancel->load(); };
   for (int attempt = 1;; ++attempt) {
     wait_for_token();
+    if (cancelled()) return ApiError{0, "Cancelled", request.method + " " + request.path + ": cancelled"};
     ++requests_;
     auto response = perform(request);
+    if (cancelled()) return ApiError{0, "Cancelled", request.method + " " + request.path + ": cancelled"};
     const bool last = attempt >= std::max(1, config_.max_attempts) || (may_retry && !may_retry());
     if (!response) {
       // "connect": the request never left, so even a POST may go again.
@@ -118,13 +121,20 @@ ApiResult<HttpResponse> Client::execute(const HttpRequest& request,
     }
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
     ++retries_;
-    sleep_(wait);
+    if (!request.cancel) {
+      sleep_(wait);
+      continue;
+    }
+    // In slices, so a cancel is noticed within 100 ms of the backoff.
+    for (auto left = wait; left.count() > 0 && !cancelled(); left -= std::chrono::milliseconds(100)) {
+      sleep_(std::min(left, std::chrono::milliseconds(100)));
+    }
   }
 }
 
 ApiResult<json> Client::call(const std::string& method, const std::string& path, const std::string& body,
-                             const std::string& content_type) {
-  auto response = execute({method, path, body, content_type},
+                             const std::string& content_type, const std::atomic<bool>* cancel) {
+  auto response = execute({method, path, body, content_type, cancel},
                           [this](const HttpRequest& request) { return transport_->send(request); });
   if (!response) return response.error();
   if (response.value().status < 200 || response.value().status >= 300) return error_from_response(response.value());
@@ -146,7 +156,7 @@ ApiResult<json> Client::list(const Resource& resource, const std::string& namesp
   add_query(query, "resourceVersionMatch", options.resource_version_match);
   add_query(query, "limit", options.limit > 0 ? std::to_string(options.limit) : "");
   add_query(query, "continue", options.continue_token);
-  return call("GET", resource.path(namespace_) + query);
+  return call("GET", resource.path(namespace_) + query, "", "", options.cancel);
 }
 
 ApiResult<json> Client::list_all(const Resource& resource, const std::string& namespace_, ListOptions options) {
@@ -221,7 +231,7 @@ ApiResult<void> Client::watch(const Resource& resource, const std::string& names
     return on_line(line);
   };
   auto response = execute(
-      {"GET", resource.path(namespace_) + query, "", ""},
+      {"GET", resource.path(namespace_) + query, "", "", nullptr},
       [&](const HttpRequest& request) { return transport_->stream(request, counting_on_line, cancel); },
       [&] { return !delivered && !cancel; });
   if (!response) return response.error();

@@ -85,7 +85,7 @@ class CurlTransport final : public Transport {
     for (CURL* handle : idle_) curl_easy_cleanup(handle);
   }
 
-  Result<HttpResponse> send(const HttpRequest& request) override { return perform(request, nullptr, nullptr); }
+  Result<HttpResponse> send(const HttpRequest& request) override { return perform(request, nullptr, request.cancel); }
 
   Result<HttpResponse> stream(const HttpRequest& request, const std::function<bool(std::string_view)>& on_line,
                               const std::atomic<bool>& cancel) override {

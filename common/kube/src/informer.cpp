@@ -5,6 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <deque>
+#include <limits>
+#include <random>
 
 namespace k8s4r::kube {
 
@@ -24,7 +27,18 @@ std::string key_of(const json& object) {
 
 std::string version_of(const json& object) { return metadata_of(object).value("resourceVersion", ""); }
 
+std::uint64_t hash_entries(std::vector<std::string> entries) {
+  std::sort(entries.begin(), entries.end());
+  Fnv1a64 hash;
+  for (const std::string& entry : entries) hash.update(entry).update("\n");
+  return hash.value();
+}
+
 }  // namespace
+
+void strip_managed_fields(json& object) {
+  if (object.contains("metadata") && object["metadata"].is_object()) object["metadata"].erase("managedFields");
+}
 
 bool generation_changed(const json& old_object, const json& new_object) {
   return metadata_of(old_object).value("generation", 0) != metadata_of(new_object).value("generation", 0);
@@ -43,11 +57,120 @@ std::uint64_t cache_hash(const std::vector<ObjectPtr>& objects) {
   std::vector<std::string> entries;
   entries.reserve(objects.size());
   for (const ObjectPtr& object : objects) entries.push_back(key_of(*object) + "/" + version_of(*object));
-  std::sort(entries.begin(), entries.end());
-  Fnv1a64 hash;
-  for (const std::string& entry : entries) hash.update(entry).update("\n");
-  return hash.value();
+  return hash_entries(std::move(entries));
 }
+
+// ---- one handler: its buffer and its thread -------------------------------------------
+
+class Informer::Listener {
+ public:
+  Listener(EventHandler handler, Informer& owner) : handler_(std::move(handler)), owner_(owner) {}
+  ~Listener() { stop(); }
+
+  // Called with the owner's mutex held, so events reach every listener in
+  // the cache's order.
+  void push(const Delta& delta) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(delta);
+      ++pushed_;
+    }
+    changed_.notify_one();
+  }
+
+  // What is buffered now is this listener's share of the first list.
+  void mark_synced_after_buffered() {
+    std::lock_guard lock(mutex_);
+    mark_ = pushed_;
+  }
+
+  bool synced() const {
+    std::lock_guard lock(mutex_);
+    return done_ >= mark_;
+  }
+
+  std::uint64_t backlog() const {
+    std::lock_guard lock(mutex_);
+    return queue_.size();
+  }
+
+  std::uint64_t errors() const { return errors_; }
+
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
+
+  // Ends after the handler call in progress; what is still buffered is dropped.
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      const Delta delta = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      handle(delta);
+      lock.lock();
+      if (++done_ == mark_) {
+        lock.unlock();
+        {
+          std::lock_guard owner_lock(owner_.mutex_);  // so a waiter between its check and its wait is not missed
+        }
+        owner_.synced_changed_.notify_all();
+        lock.lock();
+      }
+    }
+  }
+
+  void handle(const Delta& delta) {
+    // One failing handler must not stop the informer or the other handlers.
+    try {
+      switch (delta.kind) {
+        case Kind::added:
+          if (handler_.on_add) handler_.on_add(delta.new_object);
+          break;
+        case Kind::updated:
+          if (handler_.on_update &&
+              (!handler_.update_filter || handler_.update_filter(*delta.old_object, *delta.new_object))) {
+            handler_.on_update(delta.old_object, delta.new_object);
+          }
+          break;
+        case Kind::deleted:
+          if (handler_.on_delete) handler_.on_delete(delta.new_object, delta.final_state_unknown);
+          break;
+      }
+    } catch (const std::exception& error) {
+      ++errors_;
+      spdlog::error("informer {}: a handler failed: {}", owner_.options_.resource.plural, error.what());
+    } catch (...) {
+      ++errors_;
+      spdlog::error("informer {}: a handler failed", owner_.options_.resource.plural);
+    }
+  }
+
+  EventHandler handler_;
+  Informer& owner_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Delta> queue_;
+  std::uint64_t pushed_ = 0, done_ = 0;
+  std::uint64_t mark_ = std::numeric_limits<std::uint64_t>::max();  // not synced before the first list
+  bool stopping_ = false;
+  std::atomic<std::uint64_t> errors_{0};
+  std::thread thread_;
+};
+
+// ---- the informer ---------------------------------------------------------------------
 
 Informer::Informer(Client& client, InformerOptions options) : client_(client), options_(std::move(options)) {}
 
@@ -57,39 +180,70 @@ void Informer::add_index(const std::string& name, KeyFunction key_of_object) {
   index_functions_.emplace_back(name, std::move(key_of_object));
 }
 
-void Informer::add_handler(EventHandler handler) { handlers_.push_back(std::move(handler)); }
+void Informer::add_handler(EventHandler handler) {
+  std::lock_guard lock(mutex_);
+  auto listener = std::make_unique<Listener>(std::move(handler), *this);
+  if (started_) {
+    // Late: it first sees what is cached, as if it had been there all along.
+    for (const auto& [key, object] : objects_) listener->push({Kind::added, nullptr, object});
+    if (synced_) listener->mark_synced_after_buffered();
+    listener->start();
+  }
+  listeners_.push_back(std::move(listener));
+}
 
 void Informer::start() {
+  {
+    std::lock_guard lock(mutex_);
+    started_ = true;
+    for (auto& listener : listeners_) listener->start();
+  }
   stopping_ = false;
   thread_ = std::thread([this] { run(); });
   if (options_.consistency_check_interval.count() > 0) {
     checker_ = std::thread([this] {
-      auto next = std::chrono::steady_clock::now() + options_.consistency_check_interval;
-      while (!stopping_) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        if (std::chrono::steady_clock::now() < next || !has_synced()) continue;
-        check_consistency();
-        next = std::chrono::steady_clock::now() + options_.consistency_check_interval;
+      while (true) {
+        {
+          std::unique_lock lock(stop_mutex_);
+          if (stop_changed_.wait_for(lock, options_.consistency_check_interval, [this] { return stopping_.load(); }))
+            return;
+        }
+        if (has_synced()) check_consistency();
       }
     });
   }
 }
 
 void Informer::stop() {
-  stopping_ = true;
+  {
+    std::lock_guard lock(stop_mutex_);
+    stopping_ = true;
+  }
+  stop_changed_.notify_all();
   end_watch_ = true;
   if (thread_.joinable()) thread_.join();
   if (checker_.joinable()) checker_.join();
+  // The reflector has ended, so nothing pushes any more.
+  std::vector<Listener*> listeners;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& listener : listeners_) listeners.push_back(listener.get());
+  }
+  for (Listener* listener : listeners) listener->stop();
+}
+
+bool Informer::listeners_synced() const {
+  return std::all_of(listeners_.begin(), listeners_.end(), [](const auto& listener) { return listener->synced(); });
 }
 
 bool Informer::has_synced() const {
   std::lock_guard lock(mutex_);
-  return synced_;
+  return synced_ && listeners_synced();
 }
 
 bool Informer::wait_for_sync(std::chrono::milliseconds timeout) const {
   std::unique_lock lock(mutex_);
-  return synced_changed_.wait_for(lock, timeout, [this] { return synced_; });
+  return synced_changed_.wait_for(lock, timeout, [this] { return synced_ && listeners_synced(); });
 }
 
 ObjectPtr Informer::get(const std::string& namespace_, const std::string& name) const {
@@ -131,7 +285,12 @@ std::string Informer::resource_version() const {
 
 InformerMetrics Informer::metrics() const {
   std::lock_guard lock(mutex_);
-  return metrics_;
+  InformerMetrics metrics = metrics_;
+  for (const auto& listener : listeners_) {
+    metrics.handler_errors += listener->errors();
+    metrics.handler_backlog += listener->backlog();
+  }
+  return metrics;
 }
 
 // ---- cache --------------------------------------------------------------------------
@@ -146,7 +305,18 @@ void Informer::index(const std::string& key, const ObjectPtr& object, bool add) 
     }
   }
   for (const auto& [name, key_function] : index_functions_) {
-    for (const std::string& index_key : key_function(*object)) {
+    std::vector<std::string> index_keys;
+    try {
+      index_keys = key_function(*object);
+    } catch (const std::exception& error) {
+      // The object stays cached, under no key of this index.
+      if (add) {
+        ++metrics_.index_errors;
+        spdlog::error("informer {}: index {} failed for {}: {}", options_.resource.plural, name, key, error.what());
+      }
+      continue;
+    }
+    for (const std::string& index_key : index_keys) {
       auto& keys = indexes_[name][index_key];
       if (add) {
         keys.insert(key);
@@ -158,7 +328,12 @@ void Informer::index(const std::string& key, const ObjectPtr& object, bool add) 
   }
 }
 
-std::vector<Informer::Delta> Informer::upsert(ObjectPtr object) {
+void Informer::publish(const Delta& delta) {
+  ++metrics_.events;
+  for (auto& listener : listeners_) listener->push(delta);
+}
+
+void Informer::upsert(ObjectPtr object) {
   std::lock_guard lock(mutex_);
   const std::string key = key_of(*object);
   if (const std::string version = version_of(*object); !version.empty()) resource_version_ = version;
@@ -166,104 +341,140 @@ std::vector<Informer::Delta> Informer::upsert(ObjectPtr object) {
   if (it == objects_.end()) {
     objects_[key] = object;
     index(key, object, true);
-    return {{Delta::added, nullptr, object}};
+    publish({Kind::added, nullptr, object});
+    return;
   }
-  if (version_of(*it->second) == version_of(*object)) return {};  // seen already
+  if (version_of(*it->second) == version_of(*object)) return;  // seen already
   ObjectPtr old_object = it->second;
   index(key, old_object, false);
   it->second = object;
   index(key, object, true);
-  return {{Delta::updated, old_object, object}};
+  publish({Kind::updated, old_object, object});
 }
 
-std::vector<Informer::Delta> Informer::erase(const ObjectPtr& object) {
+void Informer::erase(const ObjectPtr& object) {
   std::lock_guard lock(mutex_);
   const std::string key = key_of(*object);
   if (const std::string version = version_of(*object); !version.empty()) resource_version_ = version;
   auto it = objects_.find(key);
-  if (it == objects_.end()) return {};
+  if (it == objects_.end()) return;
   index(key, it->second, false);
   objects_.erase(it);
-  return {{Delta::deleted, nullptr, object}};
-}
-
-void Informer::deliver(const std::vector<Delta>& deltas) {
-  for (const Delta& delta : deltas) {
-    {
-      std::lock_guard lock(mutex_);
-      ++metrics_.events;
-    }
-    for (const EventHandler& handler : handlers_) {
-      // One failing handler must not stop the informer or the other handlers.
-      try {
-        switch (delta.kind) {
-          case Delta::added:
-            if (handler.on_add) handler.on_add(delta.new_object);
-            break;
-          case Delta::updated:
-            if (handler.on_update &&
-                (!handler.update_filter || handler.update_filter(*delta.old_object, *delta.new_object))) {
-              handler.on_update(delta.old_object, delta.new_object);
-            }
-            break;
-          case Delta::deleted:
-            if (handler.on_delete) handler.on_delete(delta.new_object);
-            break;
-        }
-      } catch (const std::exception& error) {
-        spdlog::error("informer {}: a handler failed: {}", options_.resource.plural, error.what());
-      }
-    }
-  }
+  publish({Kind::deleted, nullptr, object});
 }
 
 // ---- reflector ----------------------------------------------------------------------
+
+void Informer::back_off() {
+  std::chrono::milliseconds step;
+  {
+    std::lock_guard lock(mutex_);
+    backoff_ = backoff_.count() == 0 ? options_.retry_delay : std::min(backoff_ * 2, options_.max_retry_delay);
+    step = backoff_;
+    ++metrics_.retries;
+  }
+  // Jitter in [0.5, 1.5) of the step, so many informers restarted together
+  // do not come back together.
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  const auto wait = std::chrono::milliseconds(
+      static_cast<long long>(static_cast<double>(step.count()) * std::uniform_real_distribution(0.5, 1.5)(random)));
+  std::unique_lock lock(stop_mutex_);
+  stop_changed_.wait_for(lock, wait, [this] { return stopping_.load(); });
+}
+
+std::optional<std::string> Informer::list_pages(ListOptions options, const std::function<void(json&&)>& on_item,
+                                                const std::function<void()>& on_restart) {
+  options.cancel = &stopping_;
+  const ListOptions first_page = options;
+  std::string version;
+  bool first = true;
+  while (true) {
+    auto page = client_.list(options_.resource, options_.namespace_, options);
+    if (!page) {
+      if (page.error().expired() && !options.continue_token.empty()) {
+        // The token outlived the server's window (writes kept coming while we
+        // paged): the pages so far are from an old version. One full list,
+        // as client-go's pager does.
+        spdlog::warn("informer {}: continue token expired; listing again in one piece", options_.resource.plural);
+        {
+          std::lock_guard lock(mutex_);
+          ++metrics_.list_fallbacks;
+        }
+        on_restart();
+        options = first_page;
+        options.limit = 0;
+        first = true;
+        continue;
+      }
+      if (!stopping_) spdlog::warn("informer {}: list failed: {}", options_.resource.plural, page.error().to_string());
+      return std::nullopt;
+    }
+    json body = std::move(page).value();
+    const json& metadata = metadata_of(body);
+    if (first) version = metadata.value("resourceVersion", "");
+    first = false;
+    const std::string next = metadata.contains("continue") && metadata["continue"].is_string()
+                                 ? metadata["continue"].get<std::string>()
+                                 : "";
+    if (body.contains("items") && body["items"].is_array()) {
+      for (json& item : body["items"]) {
+        if (options_.transform) options_.transform(item);
+        on_item(std::move(item));
+      }
+    }
+    if (next.empty()) return version;
+    options.continue_token = next;
+    options.resource_version.clear();  // the token pins the version
+    options.resource_version_match.clear();
+  }
+}
 
 bool Informer::list_and_replace() {
   ListOptions options;
   options.label_selector = options_.label_selector;
   options.field_selector = options_.field_selector;
   options.limit = options_.page_size;
-  auto listed = client_.list_all(options_.resource, options_.namespace_, options);
-  if (!listed) {
-    spdlog::warn("informer {}: list failed: {}", options_.resource.plural, listed.error().to_string());
-    return false;
-  }
   std::map<std::string, ObjectPtr> fresh;
-  for (auto& item : listed.value()["items"]) {
-    auto object = std::make_shared<const json>(std::move(item));
-    fresh[key_of(*object)] = object;
-  }
-  std::vector<Delta> deltas;
+  const auto version = list_pages(
+      options,
+      [&](json&& item) {
+        auto object = std::make_shared<const json>(std::move(item));
+        fresh[key_of(*object)] = std::move(object);
+      },
+      [&] { fresh.clear(); });
+  if (!version) return false;
   {
     std::lock_guard lock(mutex_);
-    // The difference between what we had and what is there now.
+    // The difference between what we had and what is there now. A delete
+    // seen only here may have missed the object's last state.
+    std::vector<Delta> deltas;
     for (const auto& [key, object] : objects_) {
-      if (!fresh.count(key)) deltas.push_back({Delta::deleted, nullptr, object});
+      if (!fresh.count(key)) deltas.push_back({Kind::deleted, nullptr, object, true});
     }
     for (const auto& [key, object] : fresh) {
       auto it = objects_.find(key);
       if (it == objects_.end()) {
-        deltas.push_back({Delta::added, nullptr, object});
+        deltas.push_back({Kind::added, nullptr, object});
       } else if (version_of(*it->second) != version_of(*object)) {
-        deltas.push_back({Delta::updated, it->second, object});
+        deltas.push_back({Kind::updated, it->second, object});
       }
     }
     objects_.clear();
     by_uid_.clear();
     indexes_.clear();
-    for (const auto& [key, object] : fresh) {
-      objects_[key] = object;
+    for (auto& [key, object] : fresh) {
       index(key, object, true);
+      objects_.emplace(key, std::move(object));
     }
-    resource_version_ = listed.value()["metadata"].value("resourceVersion", "");
+    resource_version_ = *version;
     ++metrics_.lists;
     relist_ = false;
-  }
-  deliver(deltas);
-  {
-    std::lock_guard lock(mutex_);
-    synced_ = true;
+    backoff_ = std::chrono::milliseconds{0};
+    for (const Delta& delta : deltas) publish(delta);
+    if (!synced_) {
+      synced_ = true;
+      for (auto& listener : listeners_) listener->mark_synced_after_buffered();
+    }
   }
   synced_changed_.notify_all();
   return true;
@@ -287,6 +498,7 @@ void Informer::watch_once() {
     if (relist_) return;
   }
   if (stopping_) return;
+  bool delivered = false;
   const auto on_event = [&](const WatchEvent& event) {
     if (event.type == "ERROR") {
       const int code =
@@ -298,13 +510,20 @@ void Informer::watch_once() {
       if (server_error) spdlog::warn("informer {}: watch error: {}", options_.resource.plural, event.object.dump());
       return false;
     }
+    delivered = true;
     if (event.type == "BOOKMARK") {
       std::lock_guard lock(mutex_);
       if (const std::string version = version_of(event.object); !version.empty()) resource_version_ = version;
       return !relist_;
     }
-    auto object = std::make_shared<const json>(event.object);
-    deliver(event.type == "DELETED" ? erase(object) : upsert(object));
+    json object = event.object;
+    if (options_.transform) options_.transform(object);
+    auto shared = std::make_shared<const json>(std::move(object));
+    if (event.type == "DELETED") {
+      erase(shared);
+    } else {
+      upsert(std::move(shared));
+    }
     std::lock_guard lock(mutex_);
     return !relist_;  // a failed consistency check asks for a relist
   };
@@ -313,16 +532,17 @@ void Informer::watch_once() {
     expired = expired || watched.error().expired();
     if (!expired) spdlog::warn("informer {}: watch failed: {}", options_.resource.plural, watched.error().to_string());
   }
-  if ((!watched && !expired) || server_error) {
-    // Wait before watching again, so a failing server is not hammered.
-    for (int i = 0; i < options_.retry_delay.count() / 50 && !stopping_; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
   if (expired) {
     std::lock_guard lock(mutex_);
     relist_ = true;
     ++metrics_.relists_after_expired;
+    return;
+  }
+  if (!watched || server_error) {
+    back_off();  // so a failing server is not hammered
+  } else if (delivered) {
+    std::lock_guard lock(mutex_);
+    backoff_ = std::chrono::milliseconds{0};
   }
 }
 
@@ -334,8 +554,7 @@ void Informer::run() {
       relist = relist_;
     }
     if (relist && !list_and_replace()) {
-      for (int i = 0; i < options_.retry_delay.count() / 50 && !stopping_; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (!stopping_) back_off();
       continue;
     }
     watch_once();
@@ -344,12 +563,13 @@ void Informer::run() {
 
 bool Informer::check_consistency() {
   std::string version;
-  std::vector<ObjectPtr> cached;
+  std::vector<std::string> cached;
   {
     std::lock_guard lock(mutex_);
     if (relist_) return false;  // a relist is already on its way
     version = resource_version_;
-    for (const auto& [key, object] : objects_) cached.push_back(object);
+    cached.reserve(objects_.size());
+    for (const auto& [key, object] : objects_) cached.push_back(key + "/" + version_of(*object));
   }
   ListOptions options;
   options.label_selector = options_.label_selector;
@@ -357,15 +577,18 @@ bool Informer::check_consistency() {
   options.resource_version = version;
   options.resource_version_match = "Exact";
   options.limit = options_.page_size;
-  auto listed = client_.list_all(options_.resource, options_.namespace_, options);
+  // Only each object's identity is kept, page by page: a check never holds a
+  // second copy of the objects.
+  std::vector<std::string> fresh;
+  const auto listed = list_pages(
+      options, [&](json&& item) { fresh.push_back(key_of(item) + "/" + version_of(item)); }, [&] { fresh.clear(); });
   if (!listed) {
     // Cannot tell (the version may have left the server's window): skip.
-    spdlog::info("informer {}: consistency check skipped: {}", options_.resource.plural, listed.error().to_string());
+    spdlog::info("informer {}: consistency check at resourceVersion {} skipped", options_.resource.plural, version);
     return true;
   }
-  std::vector<ObjectPtr> fresh;
-  for (auto& item : listed.value()["items"]) fresh.push_back(std::make_shared<const json>(std::move(item)));
-  const std::uint64_t ours = cache_hash(cached), theirs = cache_hash(fresh);
+  const std::size_t cached_count = cached.size(), fresh_count = fresh.size();
+  const std::uint64_t ours = hash_entries(std::move(cached)), theirs = hash_entries(std::move(fresh));
   std::lock_guard lock(mutex_);
   ++metrics_.consistency_checks;
   if (ours == theirs) return true;
@@ -375,7 +598,7 @@ bool Informer::check_consistency() {
   spdlog::error(
       "informer {}: cache differs from the server at resourceVersion {} (hash {:016x} != {:016x}, {} vs {} "
       "objects); relisting",
-      options_.resource.plural, version, ours, theirs, cached.size(), fresh.size());
+      options_.resource.plural, version, ours, theirs, cached_count, fresh_count);
   return false;
 }
 

@@ -61,6 +61,8 @@ struct ListOptions {
   std::string resource_version, resource_version_match;
   std::int64_t limit = 0;
   std::string continue_token;
+  // Set to abandon the list, its retries included (an informer's stop()).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct WatchOptions {
@@ -121,7 +123,7 @@ class Client {
                                   const std::function<Result<HttpResponse>(const HttpRequest&)>& perform,
                                   const std::function<bool()>& may_retry = {});
   ApiResult<nlohmann::json> call(const std::string& method, const std::string& path, const std::string& body = "",
-                                 const std::string& content_type = "");
+                                 const std::string& content_type = "", const std::atomic<bool>* cancel = nullptr);
   void wait_for_token();
 
   ClientConfig config_;

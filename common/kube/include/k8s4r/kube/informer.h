@@ -1,11 +1,30 @@
-// An informer for one resource, as client-go's reflector + indexer +
-// shared informer: list (all pages), then watch from the list's
-// resourceVersion with bookmarks; on a dropped stream, watch again from the
-// last resourceVersion seen; on 410 Expired, list again and deliver the
-// difference as add, update and delete events, so every change arrives once
-// and none is missed. The cache is indexed by namespace/name, by
-// metadata.uid, and by any key function the caller adds (spec.targetRobot,
-// say).
+// An informer for one resource, as client-go's reflector + indexer + shared
+// informer: list (page by page), then watch from the list's resourceVersion
+// with bookmarks; on a dropped stream, watch again from the last
+// resourceVersion seen; on 410 Expired, list again and deliver the difference
+// as add, update and delete events, so every change arrives once and none is
+// missed. The cache is indexed by namespace/name, by metadata.uid, and by any
+// key function the caller adds (spec.targetRobot, say).
+//
+// Under fleet load:
+// - The cache is updated first; each handler then gets the change through its
+//   own unbounded buffer and thread (client-go's processorListener), so a
+//   slow handler delays only itself, never the cache or the other handlers.
+// - A paginated list whose continue token expired (410) falls back to one
+//   full list, as client-go's pager does; every failed list or watch waits an
+//   exponential backoff with jitter (retry_delay doubling to max_retry_delay).
+// - Every object passes through `transform` before it is cached (by default
+//   metadata.managedFields is dropped, as client-go's
+//   TransformStripManagedFields); pages are taken in one at a time, and the
+//   consistency check hashes them as they arrive without keeping them.
+// - stop() cancels an in-flight list or watch, its retries included: it
+//   returns within about a second.
+// - A key function that throws is logged and counted; the object stays
+//   cached, under no key of that index.
+// - A delete found by a relist (not seen in the watch) carries
+//   final_state_unknown = true: the object handed over is the last state the
+//   cache had, which may be older than the one deleted (client-go's
+//   DeletedFinalStateUnknown).
 //
 // A consistency check after Kubernetes' own (KEP-4988) runs on an interval
 // when enabled: a 64-bit FNV-1a hash of every cached namespace/name/
@@ -13,10 +32,12 @@
 // cache's resourceVersion; a mismatch is logged, counted, and answered with a
 // relist.
 //
-// Threading: start() runs the reflector on its own thread; handlers are
-// called on that thread, one event at a time, outside the cache lock, so a
-// handler may read the cache. Reads (get, list, by_index) are safe from any
-// thread. stop() returns once the thread has ended (within about a second).
+// Threading: start() runs the reflector on its own thread and one thread per
+// handler; a handler sees its events one at a time, in order, and may read
+// the cache. Reads (get, list, by_index) are safe from any thread.
+// add_handler() may be called before or after start(): a handler added late
+// first gets an add for every cached object. has_synced() is true once the
+// first list is cached and every handler has handled its share of it.
 #pragma once
 
 #include "k8s4r/kube/client.h"
@@ -31,6 +52,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -40,14 +62,22 @@ namespace k8s4r::kube {
 
 using ObjectPtr = std::shared_ptr<const nlohmann::json>;
 
+// Drops metadata.managedFields, which no controller here reads and which is
+// often the largest part of an object.
+void strip_managed_fields(nlohmann::json& object);
+
 struct InformerOptions {
   Resource resource;
   std::string namespace_;  // "" for all namespaces
   std::string label_selector, field_selector;
   std::int64_t page_size = 500;
   int watch_timeout_seconds = 300;
-  std::chrono::milliseconds retry_delay{1000};              // after a failed list or watch
+  std::chrono::milliseconds retry_delay{800};  // the first wait after a failed list or watch
+  std::chrono::milliseconds max_retry_delay{30'000};
   std::chrono::milliseconds consistency_check_interval{0};  // 0 = off
+  // Applied to every object before it is cached; must keep metadata.name,
+  // namespace, uid and resourceVersion. Empty: keep objects whole.
+  std::function<void(nlohmann::json&)> transform = strip_managed_fields;
 };
 
 // Which updates a handler wants, as controller-runtime's predicates: false
@@ -62,13 +92,17 @@ UpdatePredicate field_changed(const std::string& json_pointer);
 struct EventHandler {
   std::function<void(const ObjectPtr&)> on_add;
   std::function<void(const ObjectPtr& old_object, const ObjectPtr& new_object)> on_update;
-  std::function<void(const ObjectPtr&)> on_delete;
+  std::function<void(const ObjectPtr& last_known, bool final_state_unknown)> on_delete;
   UpdatePredicate update_filter;  // empty: every update
 };
 
 struct InformerMetrics {
   std::uint64_t lists = 0, watches = 0, relists_after_expired = 0, consistency_checks = 0, consistency_mismatches = 0,
                 events = 0;
+  std::uint64_t list_fallbacks = 0;  // continue token expired: listed again in one piece
+  std::uint64_t retries = 0;         // failed lists and watches, each followed by a backoff
+  std::uint64_t index_errors = 0, handler_errors = 0;
+  std::uint64_t handler_backlog = 0;  // events buffered for handlers, all handlers together
 };
 
 // 64-bit FNV-1a over "namespace/name/resourceVersion" of every object, in
@@ -86,11 +120,11 @@ class Informer {
 
   // Before start().
   void add_index(const std::string& name, KeyFunction key_of);
+  // Before or after start().
   void add_handler(EventHandler handler);
 
   void start();
   void stop();
-  // True once the first list is in the cache and its events delivered.
   bool has_synced() const;
   bool wait_for_sync(std::chrono::milliseconds timeout) const;
 
@@ -106,35 +140,53 @@ class Informer {
   bool check_consistency();
 
  private:
+  enum class Kind { added, updated, deleted };
   struct Delta {
-    enum Kind { added, updated, deleted } kind;
+    Kind kind;
     ObjectPtr old_object, new_object;
+    bool final_state_unknown = false;
   };
+  class Listener;
+
   void run();
+  // Lists page by page, handing each (transformed) item to `on_item`;
+  // `on_restart` is called when the pages so far must be thrown away (the
+  // continue token expired and a full list follows). Returns the list's
+  // resourceVersion, or nothing on failure.
+  std::optional<std::string> list_pages(ListOptions options, const std::function<void(nlohmann::json&&)>& on_item,
+                                        const std::function<void()>& on_restart);
   bool list_and_replace();
   void watch_once();
-  // Applies one object to the cache under the lock and returns what changed.
-  std::vector<Delta> upsert(ObjectPtr object);
-  std::vector<Delta> erase(const ObjectPtr& object);
+  // Apply one object to the cache and hand the change to every handler, both
+  // under the lock, so a handler added meanwhile misses nothing.
+  void upsert(ObjectPtr object);
+  void erase(const ObjectPtr& object);
   void index(const std::string& key, const ObjectPtr& object, bool add);
-  void deliver(const std::vector<Delta>& deltas);
+  void publish(const Delta& delta);  // with mutex_ held
+  bool listeners_synced() const;     // with mutex_ held
+  // Waits the next backoff step (ended early by stop()).
+  void back_off();
 
   Client& client_;
   InformerOptions options_;
   std::vector<std::pair<std::string, KeyFunction>> index_functions_;
-  std::vector<EventHandler> handlers_;
 
   mutable std::mutex mutex_;
   mutable std::condition_variable synced_changed_;
   std::map<std::string, ObjectPtr> objects_;                                     // namespace/name -> object
   std::map<std::string, std::string> by_uid_;                                    // uid -> namespace/name
   std::map<std::string, std::map<std::string, std::set<std::string>>> indexes_;  // index -> key -> namespace/names
+  std::vector<std::unique_ptr<Listener>> listeners_;
   std::string resource_version_;
   bool synced_ = false;
+  bool started_ = false;
   bool relist_ = true;
   InformerMetrics metrics_;
+  std::chrono::milliseconds backoff_{0};
 
   std::atomic<bool> stopping_{false};
+  std::mutex stop_mutex_;
+  std::condition_variable stop_changed_;
   // Ends the current watch stream (within about a second): set by stop() and
   // by a failed consistency check, which needs a relist now.
   std::atomic<bool> end_watch_{false};

@@ -22,6 +22,9 @@ struct HttpRequest {
   std::string path;    // with the query, e.g. /api/v1/namespaces?limit=500
   std::string body;
   std::string content_type;  // for bodies
+  // When set and it becomes true, the request is abandoned (noticed within
+  // about a second) and send() returns an Error.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct HttpResponse {
