@@ -2,6 +2,8 @@
 // message to its handler, refusals, readiness and metrics.
 #include "k8s4r/bridge/bridge.h"
 
+#include "k8s4r/bridge/cached_fields.h"
+
 #include "k8s4r/crd/resources.h"
 
 #include <spdlog/spdlog.h>
@@ -31,7 +33,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   metrics_.declare("k8s4r_bridge_messages_refused_total", Type::counter,
                    "MQTT messages refused (nothing written), by reason.");
   metrics_.declare("k8s4r_bridge_dispatches_total", Type::counter,
-                   "Dispatch messages published: create, resend (no report in time) and delete.");
+                   "Dispatch messages published: create, resend (no report in time), resync (its robot registered "
+                   "again) and delete.");
   metrics_.declare("k8s4r_bridge_dispatch_latency_seconds", Type::histogram,
                    "From the Task informer seeing state dispatching to the broker acknowledging the dispatch.",
                    {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
@@ -51,6 +54,14 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   metrics_.declare("k8s4r_bridge_informer_lists_total", Type::counter, "Full lists by the informers.");
   metrics_.declare("k8s4r_bridge_informer_watches_total", Type::counter, "Watches started by the informers.");
   metrics_.declare("k8s4r_bridge_informer_relists_total", Type::counter, "Relists after 410 Expired.");
+  metrics_.declare("k8s4r_bridge_informer_list_fallbacks_total", Type::counter,
+                   "Paginated lists whose continue token expired, listed again in one piece.");
+  metrics_.declare("k8s4r_bridge_informer_retries_total", Type::counter,
+                   "Failed lists and watches, each followed by a jittered backoff.");
+  metrics_.declare("k8s4r_bridge_informer_errors_total", Type::counter,
+                   "Index functions and event handlers that threw, by kind (index, handler).");
+  metrics_.declare("k8s4r_bridge_informer_handler_backlog", Type::gauge,
+                   "Events cached but not yet handled, all handlers together.");
   metrics_.declare("k8s4r_bridge_informer_consistency_checks_total", Type::counter,
                    "Informer consistency checks, by result (match, mismatch).");
   metrics_.declare("k8s4r_bridge_kube_requests_total", Type::counter,
@@ -59,6 +70,7 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   kube::InformerOptions robot_options{crd::kRobots, namespace_};
   kube::InformerOptions task_options{crd::kTasks, namespace_};
   task_options.consistency_check_interval = std::chrono::minutes(5);
+  robot_options.transform = task_options.transform = keep_cached_fields;
   robots_ = std::make_unique<kube::Informer>(client_, robot_options);
   tasks_ = std::make_unique<kube::Informer>(client_, task_options);
   tasks_->add_index("robot", [](const json& task) -> std::vector<std::string> {
@@ -66,20 +78,21 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
     if (robot.empty()) return {};
     return {robot};
   });
-  tasks_->add_handler(
-      kube::EventHandler{[this](const kube::ObjectPtr& task) { loop_.post([this, task] { reconcile_task(task); }); },
-                         [this](const kube::ObjectPtr&, const kube::ObjectPtr& task) {
-                           loop_.post([this, task] { reconcile_task(task); });
-                         },
-                         [this](const kube::ObjectPtr& task) { loop_.post([this, task] { on_task_deleted(task); }); },
-                         {}});
+  tasks_->add_handler(kube::EventHandler{
+      [this](const kube::ObjectPtr& task) { loop_.post([this, task] { reconcile_task(task); }); },
+      [this](const kube::ObjectPtr&, const kube::ObjectPtr& task) {
+        loop_.post([this, task] { reconcile_task(task); });
+      },
+      // Gone is gone: whether the last state was seen changes nothing here.
+      [this](const kube::ObjectPtr& task, bool) { loop_.post([this, task] { on_task_deleted(task); }); },
+      {}});
   // A robot that goes away releases the Tasks being deleted on it.
   robots_->add_handler(
       kube::EventHandler{{},
                          [this](const kube::ObjectPtr&, const kube::ObjectPtr& robot) {
                            loop_.post([this, name = crd::read_robot(*robot).name] { on_robot_changed(name, false); });
                          },
-                         [this](const kube::ObjectPtr& robot) {
+                         [this](const kube::ObjectPtr& robot, bool) {
                            loop_.post([this, name = crd::read_robot(*robot).name] { on_robot_changed(name, true); });
                          },
                          [connected = kube::field_changed("/status/connected"),
@@ -111,6 +124,13 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
       m.set("k8s4r_bridge_informer_lists_total", labels, static_cast<double>(informer_metrics.lists));
       m.set("k8s4r_bridge_informer_watches_total", labels, static_cast<double>(informer_metrics.watches));
       m.set("k8s4r_bridge_informer_relists_total", labels, static_cast<double>(informer_metrics.relists_after_expired));
+      m.set("k8s4r_bridge_informer_list_fallbacks_total", labels, static_cast<double>(informer_metrics.list_fallbacks));
+      m.set("k8s4r_bridge_informer_retries_total", labels, static_cast<double>(informer_metrics.retries));
+      m.set("k8s4r_bridge_informer_errors_total", {{"resource", name}, {"kind", "index"}},
+            static_cast<double>(informer_metrics.index_errors));
+      m.set("k8s4r_bridge_informer_errors_total", {{"resource", name}, {"kind", "handler"}},
+            static_cast<double>(informer_metrics.handler_errors));
+      m.set("k8s4r_bridge_informer_handler_backlog", labels, static_cast<double>(informer_metrics.handler_backlog));
       m.set("k8s4r_bridge_informer_consistency_checks_total", {{"resource", name}, {"result", "match"}},
             static_cast<double>(informer_metrics.consistency_checks - informer_metrics.consistency_mismatches));
       m.set("k8s4r_bridge_informer_consistency_checks_total", {{"resource", name}, {"result", "mismatch"}},

@@ -13,6 +13,12 @@
 // delivers the delete when it returns). Go K8s4r agents send no final state
 // for a deleted task, so a delete unanswered after three sends is released
 // too, and says so.
+//
+// A robot that registers again (its agent restarted, or it reconnected after
+// a broker restart) may have reports the bridge never got: a broker restarted
+// without persistence drops what robots published while the bridge was not
+// yet subscribed again. Each of its running Tasks is sent again (one message
+// per Task); the agent dedupes by uid and answers with its latest report.
 #include "k8s4r/bridge/bridge.h"
 
 #include "k8s4r/bridge/dispatch_message.h"
@@ -124,6 +130,23 @@ void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
     writer_->write(task_ref(name), std::move(request));
     schedule_resend(uid, name, config_.dispatch_resend_after);
   });
+}
+
+void Bridge::resync_robot(const std::string& robot_id) {
+  for (const kube::ObjectPtr& task : tasks_->by_index("robot", robot_id)) {
+    const crd::TaskView view = crd::read_task(*task);
+    const auto memory = task_memory_.find(view.uid);
+    const auto state =
+        memory != task_memory_.end() && memory->second.applied.state ? memory->second.applied.state : view.state;
+    if (view.deleting || state != crd::TaskState::running) continue;  // dispatching has its own resend
+    auto payload = dispatch_create_payload(*task);
+    auto topic = topics::dispatch(view.target_robot);
+    if (!payload || !topic) continue;  // refused when it was first dispatched
+    metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "resync"}});
+    spdlog::info("robot {} registered again: sending running task {} ({}) again for its latest report", robot_id,
+                 view.name, view.uid);
+    publish(topic.value(), payload.value());
+  }
 }
 
 bool Bridge::robot_gone(const std::string& robot_id) const {

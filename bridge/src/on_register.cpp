@@ -27,6 +27,7 @@ void Bridge::on_register(const Register& message) {
       const kube::ObjectPtr current = robots_->get(namespace_, robot_id);
       if (ok) {
         spdlog::info("robot {} registered{}", robot_id, created ? ": Robot created, Pending approval" : "");
+        resync_robot(robot_id);
       } else {
         spdlog::warn("robot {} could not be registered: {}", robot_id, error);
       }

@@ -8,6 +8,7 @@ import sys
 import urllib.request
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "agent"))
 
@@ -15,6 +16,34 @@ from agent_support import AgentProcess, processes_marked  # noqa: E402,F401
 from conftest import binary, free_port, terminate, wait_until  # noqa: E402
 
 TOKEN = "s3cret-robot-1"
+DEPLOY = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "bridge"
+BRIDGE_USER = "system:serviceaccount:default:k8s4r-bridge"
+
+
+def apply_bridge_rbac(sim):
+    """The ServiceAccount, Role and RoleBinding from deploy/bridge, as kustomize renders them (the stand-in has no
+    Deployments, so that one is left out), and a kubeconfig with a token of that ServiceAccount."""
+    rendered = subprocess.run(["kubectl", "kustomize", str(DEPLOY)], check=True, capture_output=True, text=True).stdout
+    documents = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] != "Deployment"]
+    assert {d["kind"] for d in documents} == {"ServiceAccount", "Role", "RoleBinding"}
+    sim.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}))
+    token = sim.kubectl("create", "token", "k8s4r-bridge").stdout.strip()
+    config = yaml.safe_load(sim.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    path = sim.workdir / "bridge.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def sim(kube_sim, tls_files):
+    """A stand-in that enforces RBAC (over TLS, as tokens need), with the CRDs applied; tests act as its admin with
+    kubectl, and the bridge runs as its own ServiceAccount under deploy/bridge's Role."""
+    started = kube_sim("--authorization-mode=RBAC", token="admin-token", tls=tls_files)
+    started.apply_crds()
+    started.bridge_kubeconfig = apply_bridge_rbac(started)
+    return started
 
 
 class BridgeProcess:
@@ -27,7 +56,8 @@ class BridgeProcess:
         self.process = None
 
     def start(self):
-        command = [binary("k8s4r-bridge"), "--broker-url", self.broker.url, "--kubeconfig", str(self.sim.kubeconfig),
+        kubeconfig = getattr(self.sim, "bridge_kubeconfig", self.sim.kubeconfig)
+        command = [binary("k8s4r-bridge"), "--broker-url", self.broker.url, "--kubeconfig", str(kubeconfig),
                    "--metrics-bind-address", f"127.0.0.1:{self.port}", "--log-level", "debug", *self.extra]
         self.log = open(self.log_path, "a")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
@@ -58,6 +88,16 @@ class BridgeProcess:
                 return float(line.split()[-1])
         return 0.0
 
+    def metric_sum(self, name, **labels):
+        """The sum of every series of `name` that has these labels (and any others)."""
+        _, text = self.http("/metrics")
+        wanted = [f'{k}="{v}"' for k, v in labels.items()]
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + "{") and all(w in line.split("}")[0] for w in wanted):
+                total += float(line.split()[-1])
+        return total
+
     def log_text(self):
         return self.log_path.read_text() if self.log_path.exists() else ""
 
@@ -79,7 +119,11 @@ def bridge(tmp_path, broker, sim):
     made = BridgeProcess(tmp_path / "bridge", broker, sim, ["--heartbeat-write-interval", "3s",
                                                            "--dispatch-resend-after", "2s"]).start()
     yield made
+    # Under deploy/bridge's Role, nothing the bridge tried was forbidden.
+    alive = made.process.poll() is None
+    forbidden = made.metric_sum("k8s4r_bridge_kube_writes_total", code="403") if alive else 0
     made.stop()
+    assert forbidden == 0, made.log_text()[-3000:]
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ import os
 import signal
 import time
 
-from bridge_support import (TOKEN, BridgeProcess, bridge, create_task, digest, dispatch, get,  # noqa: F401
-                            processes_marked, robot, state_of, wait_state, wait_until)
+from bridge_support import (BRIDGE_USER, TOKEN, BridgeProcess, bridge, create_task, digest, dispatch,  # noqa: F401
+                            get, processes_marked, robot, sim, state_of, wait_state, wait_until)
 
 
 def test_a_robot_registers_and_its_robot_shows_it(sim, observer, robot):
@@ -114,11 +114,12 @@ def test_bad_input_is_refused_counted_and_survived(sim, robot, bridge, observer)
 
 
 def test_the_bridge_killed_mid_task_loses_nothing_and_runs_nothing_twice(sim, robot, bridge, tmp_path):
-    create_task(sim, "survivor", "sleep 3; echo done")
+    uid = create_task(sim, "survivor", "sleep 3; echo done")["metadata"]["uid"]
     dispatch(sim, "survivor")
     wait_state(sim, "survivor", "running")
     bridge.kill9()
-    time.sleep(0.5)  # the task ends while the bridge is down: its report waits in the broker
+    # The task ends while the bridge is down: its report waits in the broker.
+    wait_until(lambda: f"task {uid}: completed" in robot.log_text(), 15, "the task to end on the robot")
     restarted = BridgeProcess(tmp_path / "bridge2", bridge.broker, sim,
                               ["--heartbeat-write-interval", "3s", "--dispatch-resend-after", "2s"]).start()
     try:
@@ -128,3 +129,72 @@ def test_the_bridge_killed_mid_task_loses_nothing_and_runs_nothing_twice(sim, ro
         assert starts == 1, robot.log_text()
     finally:
         restarted.stop()
+
+
+def test_the_bridge_runs_with_only_what_deploy_grants_it(sim, robot, bridge):
+    """Every test here runs the bridge as the k8s4r-bridge ServiceAccount under deploy/bridge's Role (and fails on
+    a 403); this one checks the Role grants nothing beyond what the bridge uses."""
+    def can(verb, resource):
+        result = sim.kubectl("auth", "can-i", verb, resource, "--as", BRIDGE_USER, check=False)
+        return result.stdout.strip() == "yes"
+
+    used = [("list", "robots.robot.k8s4r.io"), ("watch", "robots.robot.k8s4r.io"), ("create", "robots.robot.k8s4r.io"),
+            ("patch", "robots.robot.k8s4r.io"), ("patch", "robots.robot.k8s4r.io/status"),
+            ("list", "tasks.robot.k8s4r.io"), ("watch", "tasks.robot.k8s4r.io"), ("patch", "tasks.robot.k8s4r.io"),
+            ("patch", "tasks.robot.k8s4r.io/status"), ("create", "events")]
+    unused = [("get", "secrets"), ("list", "secrets"), ("delete", "tasks.robot.k8s4r.io"),
+              ("create", "tasks.robot.k8s4r.io"), ("update", "tasks.robot.k8s4r.io"), ("delete", "robots.robot.k8s4r.io"),
+              ("update", "robots.robot.k8s4r.io/status"), ("patch", "jobs.robot.k8s4r.io"),
+              ("patch", "taskgroups.robot.k8s4r.io"), ("create", "serviceaccounts/token"), ("patch", "events"),
+              ("create", "rolebindings.rbac.authorization.k8s.io")]
+    assert [u for u in used if not can(*u)] == []
+    assert [u for u in unused if can(*u)] == []
+    # And in no other namespace.
+    other = sim.kubectl("auth", "can-i", "list", "tasks.robot.k8s4r.io", "-n", "kube-system", "--as", BRIDGE_USER,
+                        check=False)
+    assert other.stdout.strip() == "no"
+    # The bridge really is that identity: its Robot write is there, under the Role.
+    assert get(sim, "robot", "robot-1")["status"]["tokenDigest"] == digest(TOKEN)
+
+
+def test_a_broker_restart_mid_task_loses_no_report_and_runs_nothing_twice(sim, robot, bridge, broker):
+    uid = create_task(sim, "through-restart", "sleep 2; echo done")["metadata"]["uid"]
+    dispatch(sim, "through-restart")
+    wait_state(sim, "through-restart", "running")
+    broker.stop()  # a broker without persistence: every session and queued message is gone
+    wait_until(lambda: f"task {uid}: completed" in robot.log_text(), 15, "the task to end while the broker is down")
+    broker.start()
+    task = wait_state(sim, "through-restart", "completed", timeout=30)
+    assert "done" in task["status"]["logs"]
+    # The bridge subscribed again: a task dispatched after the restart runs too.
+    create_task(sim, "after-restart", "echo again")
+    dispatch(sim, "after-restart")
+    assert "again" in wait_state(sim, "after-restart", "completed", timeout=30)["status"]["logs"]
+    assert robot.log_text().count("started pid") == 2, robot.log_text()
+    assert bridge.metric("k8s4r_bridge_mqtt_connection_losses_total") >= 1
+
+
+def test_api_server_errors_and_cut_watches_mid_run_end_right(sim, robot, bridge):
+    """While tasks run, half the API requests fail with 500 and every watch is cut: the bridge's writes retry,
+    its informers resume, and every Task ends in its right final state, each run once."""
+    names = [f"flaky-{i}" for i in range(3)]
+    uids = [create_task(sim, name, f"sleep 3; exit {i}")["metadata"]["uid"] for i, name in enumerate(names)]
+    for name in names:
+        dispatch(sim, name)
+    for name in names:
+        wait_state(sim, name, "running")
+    sim.admin("faults", {"errorRate": 0.5, "errorCode": 500})
+    sim.admin("close-watches")
+    for uid in uids:
+        wait_until(lambda: f"task {uid}: " in robot.log_text() and
+                   any(f"task {uid}: {state}" in robot.log_text() for state in ("completed", "failed")),
+                   15, "every task to end on the robot")
+    sim.admin("close-watches")
+    sim.admin("faults", {"errorRate": 0})
+    assert wait_state(sim, names[0], "completed")["status"]["exitCode"] == 0
+    for i, name in enumerate(names[1:], start=1):
+        task = wait_state(sim, name, "failed")
+        assert task["status"]["exitCode"] == i
+    assert robot.log_text().count("started pid") == 3, robot.log_text()
+    assert bridge.metric("k8s4r_bridge_kube_requests_total", kind="retry") > 0
+    assert bridge.ready()

@@ -1,6 +1,7 @@
 // The bridge's translations, from the protocol's example payloads, with no
 // network: register, heartbeat and presence into Robot writes, a status
 // report into a Task write, a Task into a dispatch message.
+#include "k8s4r/bridge/cached_fields.h"
 #include "k8s4r/bridge/dispatch_message.h"
 #include "k8s4r/bridge/robot_patches.h"
 #include "k8s4r/bridge/task_patches.h"
@@ -211,4 +212,33 @@ TEST(DispatchMessage, ATaskTheAgentWouldRefuseIsRefusedInItsWords) {
 }
 
 }  // namespace
+TEST(CachedFields, TheCacheKeepsEverythingTheBridgeReadsAndDropsTheBulk) {
+  json task = task_on("robot-001", "dispatching", 3);
+  task["metadata"]["resourceVersion"] = "42";
+  task["metadata"]["generation"] = 2;
+  task["metadata"]["deletionTimestamp"] = "2026-11-23T10:00:00Z";
+  task["metadata"]["finalizers"] = json::array({"robot.k8s4r.io/bridge"});
+  task["metadata"]["labels"] = {{"app", "greeter"}};
+  task["metadata"]["ownerReferences"] = json::array({{{"kind", "TaskGroup"}, {"name", "g"}}});
+  task["metadata"]["annotations"] = {{"kubectl.kubernetes.io/last-applied-configuration", task.dump()}};
+  task["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}, {"fieldsV1", task["spec"]}}});
+  json cached = task;
+  keep_cached_fields(cached);
+
+  EXPECT_LT(cached.dump().size() * 2, task.dump().size());
+  for (const char* gone : {"labels", "ownerReferences", "annotations", "managedFields"})
+    EXPECT_FALSE(cached["metadata"].contains(gone)) << gone;
+  // What the bridge decides from the cached copy is what it would decide from the whole object.
+  const auto whole_view = crd::read_task(task), cached_view = crd::read_task(cached);
+  EXPECT_EQ(cached_view.uid, whole_view.uid);
+  EXPECT_EQ(cached_view.deleting, whole_view.deleting);
+  EXPECT_EQ(cached_view.has_bridge_finalizer, whole_view.has_bridge_finalizer);
+  EXPECT_EQ(cached_view.status_seq, whole_view.status_seq);
+  EXPECT_EQ(cached_view.target_robot, whole_view.target_robot);
+  EXPECT_EQ(dispatch_create_payload(cached).value(), dispatch_create_payload(task).value());
+  EXPECT_EQ(crd::add_finalizer_patch(cached, crd::kBridgeFinalizer),
+            crd::add_finalizer_patch(task, crd::kBridgeFinalizer));
+  EXPECT_EQ(cached["metadata"]["resourceVersion"], "42");
+}
+
 }  // namespace k8s4r::bridge

@@ -114,6 +114,7 @@ class Bridge {
   void on_robot_changed(const std::string& robot_id, bool deleted);
   void dispatch(const kube::ObjectPtr& task, bool resend);
   void schedule_resend(const std::string& uid, const std::string& name, std::chrono::nanoseconds delay);
+  void resync_robot(const std::string& robot_id);
   void stop_on_robot(const kube::ObjectPtr& task);
   bool robot_gone(const std::string& robot_id) const;
   void release(const kube::ObjectPtr& task, const std::string& why);
