@@ -37,7 +37,7 @@ void Bridge::reconcile_task(const kube::ObjectPtr& task) {
   const crd::TaskView view = crd::read_task(*task);
   if (view.uid.empty()) return;
   TaskMemory& memory = task_memory_[view.uid];
-  const std::optional<crd::TaskState> state = memory.applied.state ? memory.applied.state : view.state;
+  const std::optional<crd::TaskState> state = memory.applied.state_or(view);
 
   if (view.deleting) {
     if (!view.has_bridge_finalizer) return;  // not ours to hold
@@ -80,7 +80,7 @@ void Bridge::schedule_resend(const std::string& uid, const std::string& name, st
     const crd::TaskView view = crd::read_task(*fresh);
     // Still dispatching, by the cache and by what this bridge applied since:
     // the robot has not reported.
-    const auto state = due.applied.state ? due.applied.state : view.state;
+    const auto state = due.applied.state_or(view);
     if (view.uid == uid && !view.deleting && state == crd::TaskState::dispatching) dispatch(fresh, true);
   });
 }
@@ -133,11 +133,16 @@ void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
 }
 
 void Bridge::resync_robot(const std::string& robot_id) {
+  // At most once per resend interval: a robot (or a client posing as one)
+  // registering in a loop must not turn each register into a message per Task.
+  auto& resynced = robot_memory_[robot_id].resynced;
+  const auto now = std::chrono::steady_clock::now();
+  if (resynced && now - *resynced < config_.dispatch_resend_after) return;
+  resynced = now;
   for (const kube::ObjectPtr& task : tasks_->by_index("robot", robot_id)) {
     const crd::TaskView view = crd::read_task(*task);
     const auto memory = task_memory_.find(view.uid);
-    const auto state =
-        memory != task_memory_.end() && memory->second.applied.state ? memory->second.applied.state : view.state;
+    const auto state = memory != task_memory_.end() ? memory->second.applied.state_or(view) : view.state;
     if (view.deleting || state != crd::TaskState::running) continue;  // dispatching has its own resend
     auto payload = dispatch_create_payload(*task);
     auto topic = topics::dispatch(view.target_robot);
@@ -203,7 +208,7 @@ void Bridge::on_task_deleted(const kube::ObjectPtr& task) {
   auto found = task_memory_.find(view.uid);
   if (found != task_memory_.end()) {
     TaskMemory& memory = found->second;
-    const auto state = memory.applied.state ? memory.applied.state : view.state;
+    const auto state = memory.applied.state_or(view);
     // Gone without our finalizer (removed by force, or never added): a task
     // still running on its robot is stopped there all the same.
     if (memory.dispatched && !memory.delete_sends && !(state && crd::is_terminal(*state)) && mqtt_connected_) {

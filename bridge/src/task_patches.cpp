@@ -74,7 +74,7 @@ Decision<StatusWrite> status_write(const TaskStatus& report, const json& task, c
     return Refusal{"StaleSeq", "seq " + std::to_string(*report.seq) + " is not above " + std::to_string(*floor) +
                                    ", the last applied for task " + report.task_uid};
   }
-  const std::optional<crd::TaskState> before = applied.state ? applied.state : view.state;
+  const std::optional<crd::TaskState> before = applied.state_or(view);
   if (before && crd::is_terminal(*before)) {
     return Refusal{"TaskFinished", "task " + report.task_uid + " is already " + std::string(crd::to_string(*before)) +
                                        "; a finished Task never changes state"};

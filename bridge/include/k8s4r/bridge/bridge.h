@@ -76,6 +76,7 @@ class Bridge {
     bool presence_online = false;
     daemon::EventLoop::TimerId flush_timer = 0;
     std::optional<std::pair<Heartbeat, HeartbeatFacts>> unwritten;  // the newest heartbeat not yet written
+    std::optional<std::chrono::steady_clock::time_point> resynced;  // its running Tasks last sent again
   };
   struct TaskMemory {
     AppliedStatus applied;

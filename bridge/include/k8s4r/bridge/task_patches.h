@@ -19,6 +19,9 @@ namespace k8s4r::bridge {
 struct AppliedStatus {
   std::optional<std::int64_t> seq;
   std::optional<crd::TaskState> state;
+
+  // The Task's state as the bridge knows it: what it applied, else the cache's.
+  std::optional<crd::TaskState> state_or(const crd::TaskView& cached) const { return state ? state : cached.state; }
 };
 
 struct TaskEvent {
