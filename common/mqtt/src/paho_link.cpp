@@ -2,6 +2,7 @@
 // make_connect_options.
 #include "k8s4r/mqtt/connect_options.h"
 #include "k8s4r/mqtt/link.h"
+#include "k8s4r/mqtt/tcp_nodelay.h"
 
 #include <mqtt/async_client.h>
 
@@ -22,6 +23,7 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
         // itself (the agent's report queue, the bridge's resources).
         client_(settings.broker_url, settings.client_id, ::mqtt::create_options(MQTTVERSION_5), nullptr) {
     client_.set_connected_handler([this](const std::string&) {
+      disable_nagle_towards(settings_.broker_url);
       if (events_.connected) events_.connected();
     });
     client_.set_connection_lost_handler([this](const std::string& cause) {
