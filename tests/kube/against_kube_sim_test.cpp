@@ -134,6 +134,21 @@ TEST(AgainstKubeSim, TlsWithACaAndABearerToken) {
   auto tls_error = Client(untrusted).get(Resource{"", "v1", "namespaces", false}, "", "default");
   ASSERT_FALSE(tls_error);
   EXPECT_EQ(tls_error.error().reason, "ConnectionError");
+
+  // A token file the kubelet rotated: refused with the old token, the next
+  // request reads the file again and goes through, with no new Client.
+  const fs::path token_file = certs / "token";
+  std::ofstream(token_file) << "expired\n";
+  ClientConfig rotating = sim.config();
+  rotating.token = "expired";
+  rotating.token_file = token_file.string();
+  Client rotated(rotating);
+  auto before = rotated.get(Resource{"", "v1", "namespaces", false}, "", "default");
+  ASSERT_FALSE(before);
+  EXPECT_EQ(before.error().code, 401);
+  std::ofstream(token_file) << "s3cret\n";
+  auto after = rotated.get(Resource{"", "v1", "namespaces", false}, "", "default");
+  EXPECT_TRUE(after) << after.error().to_string();
   fs::remove_all(certs);
 }
 

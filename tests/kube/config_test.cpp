@@ -66,6 +66,7 @@ TEST_F(ConfigTest, KubeconfigWithFilePathsRelativeToIt) {
   EXPECT_EQ(config.value().client_certificate_pem, "CERT");
   EXPECT_EQ(config.value().client_key_pem, "KEY");
   EXPECT_EQ(config.value().token, "abc.def");
+  EXPECT_EQ(config.value().token_file, (dir_ / "token").string());  // re-read as it rotates
 }
 
 TEST_F(ConfigTest, InClusterFromTheServiceAccountDirectory) {
@@ -80,6 +81,7 @@ TEST_F(ConfigTest, InClusterFromTheServiceAccountDirectory) {
   ASSERT_TRUE(config) << config.error().to_string();
   EXPECT_EQ(config.value().server, "https://10.96.0.1:443");
   EXPECT_EQ(config.value().token, "in-cluster-token");
+  EXPECT_EQ(config.value().token_file, (dir_ / "sa/token").string());
   EXPECT_EQ(config.value().ca_pem, kCa);
   EXPECT_EQ(config.value().namespace_, "k8s4r-system");
 }

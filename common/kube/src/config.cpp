@@ -101,11 +101,13 @@ Result<ClientConfig> load_kubeconfig(const std::string& path) {
     config.client_key_pem = key.value();
     config.token = scalar(user, "token");
     if (config.token.empty() && !scalar(user, "tokenFile").empty()) {
-      auto token = read_file(base / scalar(user, "tokenFile"), "tokenFile");
+      const fs::path token_file = base / scalar(user, "tokenFile");
+      auto token = read_file(token_file, "tokenFile");
       if (!token) return token.error().within("kubeconfig " + path);
       config.token = token.value();
       while (!config.token.empty() && std::isspace(static_cast<unsigned char>(config.token.back())))
         config.token.pop_back();
+      config.token_file = token_file.string();
     }
   }
   if (const std::string ns = scalar(context, "namespace"); !ns.empty()) config.namespace_ = ns;
@@ -129,6 +131,7 @@ Result<ClientConfig> in_cluster(const ConfigSources& sources) {
   config.token = token.value();
   while (!config.token.empty() && std::isspace(static_cast<unsigned char>(config.token.back())))
     config.token.pop_back();
+  config.token_file = (dir / "token").string();  // projected: the kubelet rotates it
   auto ca = read_file(dir / "ca.crt", "in-cluster");
   if (!ca) return ca.error();
   config.ca_pem = ca.value();
@@ -180,7 +183,10 @@ Result<ClientConfig> load_client_config(const ConfigSources& sources) {
     config.server = sources.server;
     if (config.source.empty()) config.source = "flags";
   }
-  if (!sources.token.empty()) config.token = sources.token;
+  if (!sources.token.empty()) {
+    config.token = sources.token;
+    config.token_file.clear();
+  }
   if (!sources.ca_file.empty()) {
     auto ca = read_file(sources.ca_file, "kube-ca");
     if (!ca) return ca.error();

@@ -1,3 +1,4 @@
+#include "k8s4r/kube/bearer_token.h"
 #include "k8s4r/kube/transport.h"
 
 #include <curl/curl.h>
@@ -79,7 +80,9 @@ int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
 
 class CurlTransport final : public Transport {
  public:
-  explicit CurlTransport(ClientConfig config) : config_(std::move(config)) { static CurlGlobal global; }
+  explicit CurlTransport(ClientConfig config) : config_(std::move(config)), bearer_(config_.token, config_.token_file) {
+    static CurlGlobal global;
+  }
 
   ~CurlTransport() override {
     for (CURL* handle : idle_) curl_easy_cleanup(handle);
@@ -140,8 +143,9 @@ class CurlTransport final : public Transport {
     curl_slist* headers = nullptr;
     headers = curl_slist_append(headers, "Accept: application/json");
     headers = curl_slist_append(headers, "User-Agent: k8s4r");
-    const std::string authorization = "Authorization: Bearer " + config_.token;
-    if (!config_.token.empty()) headers = curl_slist_append(headers, authorization.c_str());
+    const std::string token = bearer_.current();
+    const std::string authorization = "Authorization: Bearer " + token;
+    if (!token.empty()) headers = curl_slist_append(headers, authorization.c_str());
     const std::string content_type = "Content-Type: " + request.content_type;
     if (!request.content_type.empty()) headers = curl_slist_append(headers, content_type.c_str());
     headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
@@ -176,6 +180,7 @@ class CurlTransport final : public Transport {
     const CURLcode code = curl_easy_perform(handle);
     long status = 0;
     curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &status);
+    if (status == 401) bearer_.rejected();
     curl_easy_setopt(handle, CURLOPT_HTTPHEADER, nullptr);
     curl_slist_free_all(headers);
     const bool ended_by_us = exchange.stopped || (cancel && cancel->load());
@@ -194,6 +199,7 @@ class CurlTransport final : public Transport {
   }
 
   ClientConfig config_;
+  BearerToken bearer_;
   std::mutex mutex_;
   std::vector<CURL*> idle_;
 };

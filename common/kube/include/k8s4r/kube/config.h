@@ -16,7 +16,10 @@ namespace k8s4r::kube {
 
 struct ClientConfig {
   std::string server;  // https://host:port
-  std::string token;   // bearer token
+  std::string token;   // bearer token, as read at start
+  // Where the token came from (kubeconfig tokenFile, in-cluster): the
+  // transport re-reads it as it rotates (BearerToken). Empty: a fixed token.
+  std::string token_file;
   std::string ca_pem;  // trusted CA certificates (PEM); empty: the system's
   std::string client_certificate_pem, client_key_pem;
   bool insecure_skip_tls_verify = false;
