@@ -186,3 +186,22 @@ def test_discovery_and_openapi_describe_the_crds(kube_sim):
     assert "fieldValidation" in [parameter["name"] for parameter in patch["parameters"]]
     schema = document["components"]["schemas"]["io.k8s4r.robot.v1alpha1.Task"]
     assert schema["properties"]["spec"]["properties"]["driver"]["enum"] == ["exec", "raw_exec", "docker", "java"]
+
+
+def test_stats_count_each_users_requests_by_verb_and_resource(kube_sim):
+    sim = kube_sim(token="admin-token")
+    before = sim.request("GET", "/_sim/stats")[2]["requests"].get("kubernetes-admin", {})
+    sim.request("GET", "/api/v1/namespaces/default/configmaps")
+    sim.request("GET", "/api/v1/namespaces/default/configmaps")
+    sim.request("POST", "/api/v1/namespaces/default/configmaps",
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "counted"}})
+    sim.request("PATCH", "/api/v1/namespaces/default/configmaps/counted", {"data": {"a": "b"}},
+                content_type="application/merge-patch+json")
+    sim.request("GET", "/api/v1/namespaces/default/configmaps/counted")
+    after = sim.request("GET", "/_sim/stats")[2]["requests"]["kubernetes-admin"]
+    counted = {key: after[key] - before.get(key, 0) for key in after}
+    assert {key: n for key, n in counted.items() if n} == {
+        "list configmaps": 2, "create configmaps": 1, "patch configmaps": 1, "get configmaps": 1}
+    # Requests without valid credentials are answered 401 and counted for nobody.
+    assert sim.request("GET", "/api/v1/namespaces/default/configmaps", token=False)[0] == 401
+    assert sim.request("GET", "/_sim/stats")[2]["requests"]["kubernetes-admin"] == after

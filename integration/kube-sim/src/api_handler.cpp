@@ -289,7 +289,20 @@ std::variant<UserInfo, ApiResponse> ApiHandler::admit(const HttpRequest& request
   const RequestAttributes attributes = request_attributes(request.method, request.path, request.query);
   if (Decision decision = authorize(user, attributes); !decision.allowed)
     return forbidden(user, attributes, decision.reason);
+  if (attributes.resource_request) {
+    std::string key = attributes.verb + " " + attributes.resource;
+    if (!attributes.subresource.empty()) key += "/" + attributes.subresource;
+    std::lock_guard lock(counts_mutex_);
+    ++counts_[user.name][key];
+  }
   return user;
+}
+
+json ApiHandler::request_counts() const {
+  std::lock_guard lock(counts_mutex_);
+  json counts = json::object();
+  for (const auto& [user, by_request] : counts_) counts[user] = by_request;
+  return counts;
 }
 
 std::variant<json, ApiResponse> ApiHandler::parse_body(const HttpRequest& request) const {

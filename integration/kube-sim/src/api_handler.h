@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <variant>
@@ -68,6 +69,10 @@ class ApiHandler {
   std::variant<UserInfo, ApiResponse> admit(const HttpRequest& request) const;
   HandlerResult route(const HttpRequest& request, const UserInfo& user) const;
   void set_address(const std::string& address) { address_ = address; }
+  // Admitted resource requests so far, by user and then by "verb
+  // resource[/subresource]", as /_sim/stats reports them: what a benchmark
+  // reads to count a client's GETs and LISTs.
+  nlohmann::json request_counts() const;
 
  private:
   Decision authorize(const UserInfo& user, const RequestAttributes& attributes) const;
@@ -87,6 +92,8 @@ class ApiHandler {
   std::unique_ptr<RbacAuthorizer> rbac_;
   std::unique_ptr<Reviews> reviews_;
   std::string address_;
+  mutable std::mutex counts_mutex_;
+  mutable std::map<std::string, std::map<std::string, long long>> counts_;
 };
 
 }  // namespace k8s4r::kube_sim

@@ -585,6 +585,7 @@ ApiResponse Server::Impl::admin(const std::string& method, const std::string& pa
   if (method == "GET" && path == "/_sim/stats") {
     json body = store.stats();
     body["connections"] = open_connections.load();
+    body["requests"] = handler.request_counts();
     std::lock_guard lock(faults_mutex);
     body["faults"] = {{"latencyMs", faults.latency.count()},
                       {"errorRate", faults.error_rate},
