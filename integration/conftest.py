@@ -153,11 +153,10 @@ def api_client(sim):
     configured.close()
 
 
-@pytest.fixture
-def tls_files(tmp_path):
-    """A CA and a server certificate for 127.0.0.1 and localhost, made with openssl."""
-    directory = tmp_path / "tls"
-    directory.mkdir()
+def make_tls_files(directory):
+    """A CA and a server certificate for 127.0.0.1 and localhost, made with openssl in `directory`."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True)
 
     def run(*args):
         subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
@@ -170,6 +169,12 @@ def tls_files(tmp_path):
         "server.crt", "-days", "1", "-extfile", "san.ext")
     return {"ca": str(directory / "ca.crt"), "cert": str(directory / "server.crt"), "key": str(directory / "server.key"),
             "directory": str(directory)}
+
+
+@pytest.fixture
+def tls_files(tmp_path):
+    """A CA and a server certificate for 127.0.0.1 and localhost."""
+    return make_tls_files(tmp_path / "tls")
 
 
 # ---- MQTT: a real Mosquitto, an observer client, and the agent --------------------
@@ -196,14 +201,16 @@ class Broker:
     """A Mosquitto broker on a free loopback port; stop() and start() again
     keep the port, as a restarted broker on a robot's network would."""
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, extra_config=""):
         self.workdir = pathlib.Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.config = self.workdir / "mosquitto.conf"
-        # set_tcp_nodelay as docs/agent.md recommends: without it Nagle's
-        # algorithm holds a dispatch up to 40 ms behind an unacknowledged packet.
-        self.config.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n")
+        # set_tcp_nodelay and max_queued_messages as docs/bridge.md recommends: without them Nagle's algorithm
+        # holds a dispatch up to 40 ms behind an unacknowledged packet, and a burst of more than 1,000 reports
+        # is dropped for the bridge.
+        self.config.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n"
+                               "max_queued_messages 100000\n" + extra_config)
         self.url = f"tcp://127.0.0.1:{self.port}"
         self.process = None
         self.start()

@@ -41,6 +41,7 @@ listener $MQTT_PORT 127.0.0.1
 allow_anonymous true
 persistence false
 set_tcp_nodelay true
+max_queued_messages 100000
 CONF
 mosquitto -c "$WORK/mosquitto.conf" >"$WORK/mosquitto.log" 2>&1 &
 PIDS+=($!)

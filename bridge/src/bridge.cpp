@@ -202,21 +202,37 @@ void Bridge::on_connected() {
   reconnect_delay_ = std::chrono::milliseconds(500);
   metrics_.set("k8s4r_bridge_mqtt_connected", {}, 1);
   spdlog::info("connected to {}", config_.broker_url);
-  link_->subscribe({std::string(topics::kRegister), std::string(topics::kHeartbeat),
-                    std::string(topics::kAllTaskStatusFilter), std::string(topics::kAllPresenceFilter)},
-                   1, [this](bool ok, const std::string& error) {
-                     loop_.post([this, ok, error] {
-                       if (!ok) {
-                         spdlog::error("subscribing failed: {}; reconnecting", error);
-                         on_disconnected("subscribe failed");
-                         return;
-                       }
-                       spdlog::info("subscribed to register, heartbeat, task status and presence");
-                       if (hooks_.notify) hooks_.notify("READY=1\nSTATUS=connected, informers synced");
-                       // Tasks that wait on a dispatch while the broker was away.
-                       for (const auto& task : tasks_->list()) reconcile_task(task);
-                     });
-                   });
+  // Register, task status and presence at QoS 1: each must arrive, and the
+  // broker keeps them in the bridge's session while it is away. Heartbeats at
+  // QoS 0 (the broker downgrades them for the bridge alone; robots still
+  // publish at QoS 1): each is superseded by the next, so the broker neither
+  // queues them while the bridge is away nor lets them fill the queue that
+  // holds status reports (Mosquitto drops what exceeds max_queued_messages).
+  const auto subscribed = [this](bool ok, const std::string& error, std::function<void()> next) {
+    loop_.post([this, ok, error, next = std::move(next)] {
+      if (!ok) {
+        spdlog::error("subscribing failed: {}; reconnecting", error);
+        on_disconnected("subscribe failed");
+        return;
+      }
+      next();
+    });
+  };
+  link_->subscribe(
+      {std::string(topics::kRegister), std::string(topics::kAllTaskStatusFilter),
+       std::string(topics::kAllPresenceFilter)},
+      1, [this, subscribed](bool ok, const std::string& error) {
+        subscribed(ok, error, [this, subscribed] {
+          link_->subscribe({std::string(topics::kHeartbeat)}, 0, [this, subscribed](bool ok2, const std::string& e2) {
+            subscribed(ok2, e2, [this] {
+              spdlog::info("subscribed to register, task status and presence (QoS 1) and heartbeat (QoS 0)");
+              if (hooks_.notify) hooks_.notify("READY=1\nSTATUS=connected, informers synced");
+              // Tasks that wait on a dispatch while the broker was away.
+              for (const auto& task : tasks_->list()) reconcile_task(task);
+            });
+          });
+        });
+      });
 }
 
 void Bridge::on_disconnected(const std::string& cause) {

@@ -47,8 +47,9 @@ def sim(kube_sim, tls_files):
 
 
 class BridgeProcess:
-    def __init__(self, workdir, broker, sim, extra=()):
+    def __init__(self, workdir, broker, sim, extra=(), log_level="debug"):
         self.workdir = pathlib.Path(workdir)
+        self.log_level = log_level
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.broker, self.sim, self.extra = broker, sim, list(extra)
         self.port = free_port()
@@ -58,7 +59,7 @@ class BridgeProcess:
     def start(self):
         kubeconfig = getattr(self.sim, "bridge_kubeconfig", self.sim.kubeconfig)
         command = [binary("k8s4r-bridge"), "--broker-url", self.broker.url, "--kubeconfig", str(kubeconfig),
-                   "--metrics-bind-address", f"127.0.0.1:{self.port}", "--log-level", "debug", *self.extra]
+                   "--metrics-bind-address", f"127.0.0.1:{self.port}", "--log-level", self.log_level, *self.extra]
         self.log = open(self.log_path, "a")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
                                         env={"PATH": "/usr/bin:/bin"})

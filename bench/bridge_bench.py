@@ -1,0 +1,451 @@
+#!/usr/bin/env python3
+"""Benchmark of k8s4r-bridge at fleet scale, with every part real: Mosquitto,
+k8s4r-kube-sim (RBAC over TLS, the bridge under deploy/bridge's Role, as the
+black-box tests run it), the bridge, a simulated fleet (bench/robot_fleet: each
+robot its own MQTT connection, client id and last will) and a real k8s4r-agent.
+
+1. Registration: every simulated robot registers and waits for its answer.
+2. Heartbeat ingest, in two windows: the fleet at a steady rate (every robot
+   every --heartbeat-every seconds), then as fast as the broker takes them.
+   Heartbeats the bridge handled per second against those a bare subscriber
+   (bench/robot_fleet --count-topic) got from the same Mosquitto in the same
+   window; the bridge's CPU and RSS; its Robot writes per robot per minute.
+3. Status throughput: Tasks assigned to simulated robots and dispatched; each
+   robot reports running (seq 1) and completed (seq 2). Reports per second
+   until every Task reads completed in the API, and the writes that took,
+   against the stand-in's raw status merge-patch rate through the same client
+   library with as many connections as the bridge has writers (Tasks in another
+   namespace, which the bridge does not watch).
+4. Dispatch latency through a real agent: a Task patched to dispatching, one
+   after another; to the child process starting (the task's shell prints the
+   clock first) and to `running` seen on a watch of the API.
+5. Requests per message: GETs and LISTs the stand-in answered for the bridge's
+   ServiceAccount, over MQTT messages the bridge handled.
+
+Usage:
+  /usr/bin/python3 bench/bridge_bench.py                 # the figures in docs/performance.md
+  /usr/bin/python3 bench/bridge_bench.py --short         # small and quick: run by scripts/test.sh
+Exits non-zero when something did not work (a robot not registered, a Task
+never completed or never ran, a GET or LIST per message); the timing goals are
+reported, never asserted.
+"""
+import argparse
+import http.client
+import json
+import os
+import pathlib
+import resource
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "integration"), str(REPO / "integration" / "bridge"), str(REPO / "integration" / "agent")]
+
+from agent_support import AgentProcess  # noqa: E402
+from bridge_support import BRIDGE_USER, BridgeProcess, apply_bridge_rbac  # noqa: E402
+from conftest import Broker, KubeSim, make_tls_files, terminate, wait_until  # noqa: E402
+
+SHARD = 2500  # simulated robots per robot_fleet process
+TASKS = "/apis/robot.k8s4r.io/v1alpha1/namespaces/{ns}/tasks"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_figures(pid):
+    status = dict(line.split(":", 1) for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines())
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return {"rss_kib": int(status["VmRSS"].split()[0]), "hwm_kib": int(status["VmHWM"].split()[0]),
+            "cpu_s": (int(fields[11]) + int(fields[12])) / CLOCK_TICKS}
+
+
+def percentile(values, share):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+class Lines:
+    """A child speaking one JSON object per line on stdout, read on a thread."""
+
+    def __init__(self, command, log):
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                        text=True, bufsize=1)
+        self.lines = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            with self.lock:
+                self.lines.append(json.loads(line))
+
+    def send(self, command):
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+
+    def next_event(self, after, timeout):
+        """The first line with an "event" past index `after`."""
+        def found():
+            with self.lock:
+                events = [line for line in self.lines[after:] if "event" in line]
+            if self.process.poll() is not None and not events:
+                raise RuntimeError(f"{self.process.args[0]} exited with {self.process.returncode}")
+            return events[0] if events else None
+        event = wait_until(found, timeout, "an answer from " + self.process.args[0])
+        if event["event"] == "error":
+            raise RuntimeError(event["message"])
+        return event
+
+    def count_at(self, monotonic_ns):
+        """Count mode: the count printed closest after `monotonic_ns`."""
+        wait_until(lambda: self.lines and self.lines[-1]["t"] >= monotonic_ns, 5, "the subscriber's count")
+        with self.lock:
+            return next(line["count"] for line in self.lines if line["t"] >= monotonic_ns)
+
+    def stop(self):
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+        terminate(self.process)
+
+
+class Bench:
+    def __init__(self, args, workdir):
+        self.args = args
+        self.workdir = workdir
+        self.log = open(workdir / "bench-children.log", "w")
+        self.stopping = []
+        self.results = {}
+
+    # ---- the parts -------------------------------------------------------------------
+    def start(self):
+        tls = make_tls_files(self.workdir / "tls")
+        self.sim = KubeSim(self.workdir / "sim", "--authorization-mode=RBAC", token="admin-token", tls=tls)
+        self.stopping.append(self.sim.stop)
+        self.sim.apply_crds()
+        self.sim.bridge_kubeconfig = apply_bridge_rbac(self.sim)
+        self.sim.kubectl("create", "namespace", "bench-raw")
+        self.broker = Broker(self.workdir / "broker")  # with docs/bridge.md's settings
+        self.stopping.append(self.broker.stop)
+        self.bridge = BridgeProcess(self.workdir / "bridge", self.broker, self.sim, log_level="info",
+                                    extra=["--heartbeat-write-interval", self.args.heartbeat_write_interval])
+        self.bridge.start()
+        self.stopping.append(self.bridge.stop)
+        self.bridge_pid = self.bridge.process.pid
+        self.subscriber = Lines([str(self.args.bin / "robot_fleet"), "--broker", f"127.0.0.1:{self.broker.port}",
+                                 "--count-topic", "k8s4r/heartbeat"], self.log)
+        self.stopping.append(self.subscriber.stop)
+
+    def stop(self):
+        for stop in reversed(self.stopping):
+            try:
+                stop()
+            except Exception as error:  # keep stopping the rest
+                print(f"while stopping: {error}", file=sys.stderr)
+        self.log.close()
+
+    def bridge_requests(self):
+        counts = self.sim.request("GET", "/_sim/stats")[2]["requests"].get(BRIDGE_USER, {})
+        return counts
+
+    def messages_handled(self):
+        return self.bridge.metric_sum("k8s4r_bridge_messages_total")
+
+    # ---- 1 and 2: registration and heartbeats ------------------------------------
+    def fleet(self):
+        """Registration: the simulated robots in shards of at most SHARD (libmosquitto takes three descriptors a
+        robot), all connecting and registering at once."""
+        robots = self.args.robots
+        started = time.monotonic()
+        self.shards = []
+        for first in range(0, robots, SHARD):
+            count = min(SHARD, robots - first)
+            shard = Lines([str(self.args.bin / "robot_fleet"), "--broker", f"127.0.0.1:{self.broker.port}",
+                           "--robots", str(count), "--first", str(first), "--register"], self.log)
+            shard.robots = range(first, first + count)
+            self.shards.append(shard)
+            self.stopping.append(shard.stop)
+        ready = [shard.next_event(0, 900) for shard in self.shards]
+        took = time.monotonic() - started
+        assert sum(r["registered"] for r in ready) == robots, ready
+        listed = self.sim.request("GET", "/apis/robot.k8s4r.io/v1alpha1/namespaces/default/robots")[2]["items"]
+        assert len(listed) == robots, f"{len(listed)} Robots for {robots} robots"
+        sent = sum(r["register_messages"] for r in ready)
+        self.results["registration"] = {"robots": robots, "shards": len(self.shards), "seconds": round(took, 1),
+                                        "per_second": round(robots / took), "register_messages": sent}
+        print(f"registration: {robots} robots connected and registered in {took:.1f} s ({robots / took:.0f}/s), "
+              f"{sent} register messages (a robot asks again every 5 s until answered)")
+
+        windows = [(f"steady, every robot every {self.args.heartbeat_every:g} s", robots / self.args.heartbeat_every)]
+        windows += [(f"{rate:g}/s offered", rate) for rate in self.args.rates]
+        windows.append(("as fast as the broker takes them", 0))
+        writes0, started = self.bridge_requests().get("patch robots/status", 0), time.monotonic()
+        self.results["heartbeats"] = [dict(window=name, **self.heartbeat_window(name, rate)) for name, rate in windows]
+        writes = self.bridge_requests().get("patch robots/status", 0) - writes0
+        minutes = (time.monotonic() - started) / 60
+        self.results["heartbeat_writes"] = {
+            "robot_writes": writes, "minutes": round(minutes, 2),
+            "per_robot_per_min": round(writes / robots / minutes, 3),
+            "heartbeats_handled": int(self.bridge.metric("k8s4r_bridge_messages_total", topic="heartbeat"))}
+        print(f"heartbeat phase: {writes} Robot status writes for {robots} robots over {minutes:.2f} min = "
+              f"{writes / robots / minutes:.3f} per robot per minute (--heartbeat-write-interval "
+              f"{self.args.heartbeat_write_interval}), for "
+              f"{self.results['heartbeat_writes']['heartbeats_handled']} heartbeats handled")
+
+    def heartbeat_window(self, name, rate):
+        seconds = self.args.window
+        robot_writes = lambda: self.bridge_requests().get("patch robots/status", 0)  # noqa: E731
+        marks = [len(shard.lines) for shard in self.shards]
+        for shard in self.shards:
+            shard.send(f"heartbeat {seconds + 2} {rate * len(shard.robots) / self.args.robots}")
+        time.sleep(1)  # the window starts once the fleet is sending (a measurement window, not a wait)
+        t0 = time.monotonic_ns()
+        bridge0, figures0, writes0 = (self.bridge.metric("k8s4r_bridge_messages_total", topic="heartbeat"),
+                                      proc_figures(self.bridge_pid), robot_writes())
+        sub0 = self.subscriber.count_at(t0)
+        time.sleep(seconds)
+        t1 = time.monotonic_ns()
+        bridge1, figures1, writes1 = (self.bridge.metric("k8s4r_bridge_messages_total", topic="heartbeat"),
+                                      proc_figures(self.bridge_pid), robot_writes())
+        sub1 = self.subscriber.count_at(t1)
+        answers = [shard.next_event(mark, 300) for shard, mark in zip(self.shards, marks)]
+        window = (t1 - t0) / 1e9
+        result = {
+            "offered_per_s": round(sum(a["sent"] for a in answers) / max(a["seconds"] for a in answers)),
+            "bridge_per_s": round((bridge1 - bridge0) / window),
+            "subscriber_per_s": round((sub1 - sub0) / window),
+            "ratio": round((bridge1 - bridge0) / max(1, sub1 - sub0), 3),
+            "bridge_cpu_cores": round((figures1["cpu_s"] - figures0["cpu_s"]) / window, 2),
+            "bridge_rss_mib": round(figures1["rss_kib"] / 1024, 1),
+            "bridge_peak_rss_mib": round(figures1["hwm_kib"] / 1024, 1),
+            "robot_writes": writes1 - writes0,
+            "writes_per_robot_per_min": round((writes1 - writes0) / self.args.robots / (window / 60), 3),
+            "window_s": round(window, 1),
+        }
+        print(f"heartbeats, {name}: offered {result['offered_per_s']}/s; bridge {result['bridge_per_s']}/s, bare "
+              f"subscriber {result['subscriber_per_s']}/s, ratio {result['ratio']}; bridge CPU "
+              f"{result['bridge_cpu_cores']} cores, RSS {result['bridge_rss_mib']} MiB (peak "
+              f"{result['bridge_peak_rss_mib']}); {result['robot_writes']} Robot writes = "
+              f"{result['writes_per_robot_per_min']} per robot per minute")
+        return result
+
+    # ---- 3: status throughput ------------------------------------------------------
+    def create_tasks(self, namespace, names, robots, labels, command=("/bin/true",)):
+        for index, name in enumerate(names):
+            task = {"apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Task",
+                    "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                    "spec": {"name": name, "driver": "exec", "targetRobot": robots[index % len(robots)],
+                             "config": {"execConfig": {"command": command[0], "args": list(command[1:])}}}}
+            status, _, body = self.sim.request("POST", TASKS.format(ns=namespace), task)
+            assert status == 201, body
+        listed = self.sim.request("GET", TASKS.format(ns=namespace) + "?labelSelector=" +
+                                  ",".join(f"{k}%3D{v}" for k, v in labels.items()))[2]["items"]
+        return {item["metadata"]["name"]: item for item in listed}
+
+    def patch_state(self, namespace, name, state):
+        status, _, body = self.sim.request("PATCH", TASKS.format(ns=namespace) + f"/{name}/status",
+                                           {"status": {"state": state}},
+                                           content_type="application/merge-patch+json")
+        assert status == 200, body
+
+    def status_throughput(self):
+        count = self.args.status_tasks
+        robots = [f"sim-robot-{i:05d}" for i in range(self.args.robots)]
+        names = [f"status-{i:05d}" for i in range(count)]
+        tasks = self.create_tasks("default", names, robots, {"bench": "status"})
+        for name in names:
+            self.patch_state("default", name, "dispatching")
+        wait_until(lambda: self.bridge.metric("k8s4r_bridge_dispatches_total", action="create") >= count, 120,
+                   "every Task to be dispatched")
+        listings = []
+        for index, shard in enumerate(self.shards):
+            listing = self.workdir / f"status-work-{index}.txt"
+            listing.write_text("".join(f"{tasks[n]['spec']['targetRobot']} {tasks[n]['metadata']['uid']}\n"
+                                       for n in names
+                                       if int(tasks[n]["spec"]["targetRobot"].rsplit("-", 1)[1]) in shard.robots))
+            listings.append(listing)
+        writes0 = self.bridge_requests().get("patch tasks/status", 0)
+        marks = [len(shard.lines) for shard in self.shards]
+        started = time.monotonic()
+        for shard, listing in zip(self.shards, listings):
+            shard.send(f"status {listing}")
+
+        handled0 = self.bridge.metric("k8s4r_bridge_messages_total", topic="task_status")
+
+        def all_written():
+            # The Tasks are listed only once the bridge has handled every report (its metrics cost the stand-in
+            # nothing; a LIST of every Task each poll would compete with the writes measured).
+            if self.bridge.metric("k8s4r_bridge_messages_total", topic="task_status") - handled0 < 2 * count:
+                return False
+            items = self.sim.request("GET", TASKS.format(ns="default") + "?labelSelector=bench%3Dstatus")[2]["items"]
+            return all(item.get("status", {}).get("state") == "completed" for item in items)
+        wait_until(all_written, 300, "every Task to read completed")
+        took = time.monotonic() - started
+        items = self.sim.request("GET", TASKS.format(ns="default") + "?labelSelector=bench%3Dstatus")[2]["items"]
+        states = [item.get("status", {}).get("state") for item in items]
+        assert states.count("completed") == count, {state: states.count(state) for state in set(states)}
+        published = {"reports": sum(shard.next_event(mark, 60)["reports"] for shard, mark in zip(self.shards, marks))}
+        writes = self.bridge_requests().get("patch tasks/status", 0) - writes0
+
+        raw_names = [f"raw-{i:05d}" for i in range(min(count, 500))]
+        self.create_tasks("bench-raw", raw_names, robots, {"bench": "raw"})
+        names_file = self.workdir / "raw-tasks.txt"
+        names_file.write_text("\n".join(raw_names) + "\n")
+        raw = json.loads(subprocess.run(
+            [str(self.args.bin / "status_patch_rate"), "--kubeconfig", str(self.sim.kubeconfig), "--namespace",
+             "bench-raw", "--tasks", str(names_file), "--threads", "4", "--seconds", str(self.args.raw_seconds)],
+            check=True, capture_output=True, text=True).stdout)
+        result = {"reports": published["reports"], "seconds": round(took, 2),
+                  "reports_per_s": round(published["reports"] / took), "api_writes": writes,
+                  "writes_per_s": round(writes / took), "raw_patches_per_s": round(raw["patches"] / raw["seconds"])}
+        result["ratio_writes_to_raw"] = round(result["writes_per_s"] / result["raw_patches_per_s"], 2)
+        self.results["status"] = result
+        print(f"status: {result['reports']} reports for {count} Tasks applied in {took:.2f} s = "
+              f"{result['reports_per_s']} reports/s in {writes} writes ({result['writes_per_s']}/s); the stand-in's "
+              f"raw status merge-patch rate (4 connections): {result['raw_patches_per_s']}/s")
+
+    # ---- 4: dispatch latency through a real agent -------------------------------------
+    def dispatch_latency(self):
+        count = self.args.dispatch_tasks
+        agent = AgentProcess(self.broker, self.workdir / "agent", "bench-agent")
+        agent.start()
+        self.stopping.append(agent.cleanup)
+        wait_until(lambda: self.sim.request("GET", "/apis/robot.k8s4r.io/v1alpha1/namespaces/default/robots/"
+                                            "bench-agent")[0] == 200, 30, "the agent's Robot")
+        names = [f"latency-{i:05d}" for i in range(count)]
+        self.create_tasks("default", names, ["bench-agent"], {"bench": "latency"},
+                          command=("/bin/sh", "-c", "date +%s%N; sleep 0.1"))
+        running_seen = {}
+        watch = threading.Thread(target=self.watch_running, args=(running_seen, count), daemon=True)
+        watch.start()
+        patched = {}
+        # One kept-alive connection, as a controller holds one: the clock starts as the PATCH is sent, not before a
+        # TLS handshake.
+        connection = self.api_connection()
+        for name in names:
+            body = json.dumps({"status": {"state": "dispatching"}})
+            patched[name] = time.time_ns()
+            connection.request("PATCH", TASKS.format(ns="default") + f"/{name}/status", body=body,
+                               headers={"Authorization": "Bearer admin-token",
+                                        "Content-Type": "application/merge-patch+json"})
+            response = connection.getresponse()
+            assert response.status == 200, response.read()
+            response.read()
+            wait_until(lambda: name in running_seen, 30, f"{name} to be running")
+        connection.close()
+        buckets = {line.split('le="')[1].split('"')[0]: float(line.split()[-1])
+                   for line in self.bridge.http("/metrics")[1].splitlines()
+                   if line.startswith("k8s4r_bridge_dispatch_latency_seconds_bucket")}
+        print("bridge's informer-to-PUBACK histogram (cumulative):", buckets)
+        items = {}
+
+        def all_completed():
+            listed = self.sim.request("GET", TASKS.format(ns="default") + "?labelSelector=bench%3Dlatency")[2]
+            items.update({item["metadata"]["name"]: item for item in listed["items"]})
+            return all(item.get("status", {}).get("state") == "completed" for item in listed["items"])
+        wait_until(all_completed, 120, "every latency Task to complete")
+        to_child = [(int(items[n]["status"]["logs"].split()[0]) - patched[n]) / 1e6 for n in names]
+        to_running = [(running_seen[n] - patched[n]) / 1e6 for n in names]
+        result = {"tasks": count,
+                  "to_child_p50_ms": round(statistics.median(to_child), 1),
+                  "to_child_p99_ms": round(percentile(to_child, 0.99), 1),
+                  "to_running_p50_ms": round(statistics.median(to_running), 1),
+                  "to_running_p99_ms": round(percentile(to_running, 0.99), 1)}
+        self.results["dispatch"] = result
+        print(f"dispatch latency over {count} tasks: to the child p50 {result['to_child_p50_ms']} ms, p99 "
+              f"{result['to_child_p99_ms']} ms; to running in the API p50 {result['to_running_p50_ms']} ms, p99 "
+              f"{result['to_running_p99_ms']} ms")
+
+    def api_connection(self):
+        host, port = self.sim.url.split("://", 1)[1].rsplit(":", 1)
+        return http.client.HTTPSConnection(host, int(port),
+                                           context=ssl.create_default_context(cafile=self.sim.ca_file))
+
+    def watch_running(self, seen, count):
+        """A watch on the latency Tasks, as `kubectl get rtask -w` holds one; notes when each first reads running."""
+        connection = self.api_connection()
+        connection.request("GET", TASKS.format(ns="default") + "?watch=1&labelSelector=bench%3Dlatency",
+                           headers={"Authorization": "Bearer admin-token"})
+        response = connection.getresponse()
+        while len(seen) < count:
+            line = response.readline()
+            if not line:
+                return
+            now = time.time_ns()
+            event = json.loads(line)
+            task = event["object"]
+            if task.get("status", {}).get("state") in ("running", "completed"):
+                seen.setdefault(task["metadata"]["name"], now)
+
+    # ---- 5: requests per message ---------------------------------------------------------
+    def requests_per_message(self, first):
+        last = self.bridge_requests()
+        reads = {key: last.get(key, 0) - first.get(key, 0) for key in last
+                 if key.split()[0] in ("get", "list")}
+        messages = self.messages_handled()
+        self.results["reads"] = {"messages": int(messages), "gets_and_lists": sum(reads.values()),
+                                 "by_request": {k: v for k, v in reads.items() if v}}
+        print(f"requests per message: {sum(reads.values())} GETs and LISTs for {int(messages)} MQTT messages "
+              f"(the bridge's ServiceAccount, after its informers synced)")
+        return sum(reads.values())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", type=pathlib.Path, default=REPO / "build" / "bench",
+                        help="where robot_fleet and status_patch_rate are (build/bench)")
+    parser.add_argument("--short", action="store_true", help="500 robots, 4 s windows, 200 and 50 Tasks")
+    parser.add_argument("--robots", type=int, default=10000)
+    parser.add_argument("--heartbeat-every", type=float, default=5.0,
+                        help="the steady window's heartbeat interval per robot, seconds (5)")
+    parser.add_argument("--heartbeat-write-interval", default="60s")
+    parser.add_argument("--window", type=float, default=20.0, help="each heartbeat window, seconds")
+    parser.add_argument("--rates", type=lambda text: [float(r) for r in text.split(",") if r], default=[5000, 10000, 20000],
+                        help="offered heartbeat rates to measure between the steady window and the flood (5000,10000,20000)")
+    parser.add_argument("--status-tasks", type=int, default=2000)
+    parser.add_argument("--dispatch-tasks", type=int, default=1000)
+    parser.add_argument("--raw-seconds", type=float, default=5.0)
+    parser.add_argument("--json", type=pathlib.Path, help="also write the figures here")
+    args = parser.parse_args()
+    if args.short:
+        args.robots, args.window, args.status_tasks, args.dispatch_tasks, args.raw_seconds = 500, 4.0, 200, 50, 2.0
+        args.rates = [2000]
+    # One descriptor per simulated robot in the fleet and in the broker.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = args.robots + 1024
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            sys.exit(f"{args.robots} robots need {wanted} open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+    with tempfile.TemporaryDirectory(prefix="k8s4r-bridge-bench-") as directory:
+        bench = Bench(args, pathlib.Path(directory))
+        failed = False
+        try:
+            bench.start()
+            first = bench.bridge_requests()
+            bench.fleet()
+            bench.status_throughput()
+            bench.dispatch_latency()
+            reads = bench.requests_per_message(first)
+            if reads:
+                print(f"FAILED: the bridge read the API {reads} times while handling messages", file=sys.stderr)
+                failed = True
+        except Exception:
+            failed = True
+            print("bridge log (tail):\n" + bench.bridge.log_text()[-4000:] if hasattr(bench, "bridge") else "",
+                  file=sys.stderr)
+            raise
+        finally:
+            bench.stop()
+            if args.json:
+                args.json.write_text(json.dumps(bench.results, indent=2) + "\n")
+        sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
