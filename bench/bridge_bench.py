@@ -270,11 +270,10 @@ class Bench:
             listings.append(listing)
         writes0 = self.bridge_requests().get("patch tasks/status", 0)
         marks = [len(shard.lines) for shard in self.shards]
+        handled0 = self.bridge.metric("k8s4r_bridge_messages_total", topic="task_status")  # before any is sent
         started = time.monotonic()
         for shard, listing in zip(self.shards, listings):
             shard.send(f"status {listing}")
-
-        handled0 = self.bridge.metric("k8s4r_bridge_messages_total", topic="task_status")
 
         def all_written():
             # The Tasks are listed only once the bridge has handled every report (its metrics cost the stand-in
