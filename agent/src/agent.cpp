@@ -209,7 +209,7 @@ void Agent::subscribe() {
   const std::uint64_t generation = generation_;
   // Subscriptions survive in a persistent session, but not a broker restart
   // without persistence; subscribing again is harmless.
-  link_->subscribe({topics::response(config_.robot_id).value(), topics::dispatch(config_.robot_id).value()}, 1,
+  link_->subscribe({{topics::response(config_.robot_id).value(), 1}, {topics::dispatch(config_.robot_id).value(), 1}},
                    [this, generation](bool ok, const std::string& error) {
                      loop_.post([this, generation, ok, error] {
                        if (generation != generation_ || !connected_) return;

@@ -208,31 +208,23 @@ void Bridge::on_connected() {
   // publish at QoS 1): each is superseded by the next, so the broker neither
   // queues them while the bridge is away nor lets them fill the queue that
   // holds status reports (Mosquitto drops what exceeds max_queued_messages).
-  const auto subscribed = [this](bool ok, const std::string& error, std::function<void()> next) {
-    loop_.post([this, ok, error, next = std::move(next)] {
-      if (!ok) {
-        spdlog::error("subscribing failed: {}; reconnecting", error);
-        on_disconnected("subscribe failed");
-        return;
-      }
-      next();
-    });
-  };
-  link_->subscribe(
-      {std::string(topics::kRegister), std::string(topics::kAllTaskStatusFilter),
-       std::string(topics::kAllPresenceFilter)},
-      1, [this, subscribed](bool ok, const std::string& error) {
-        subscribed(ok, error, [this, subscribed] {
-          link_->subscribe({std::string(topics::kHeartbeat)}, 0, [this, subscribed](bool ok2, const std::string& e2) {
-            subscribed(ok2, e2, [this] {
-              spdlog::info("subscribed to register, task status and presence (QoS 1) and heartbeat (QoS 0)");
-              if (hooks_.notify) hooks_.notify("READY=1\nSTATUS=connected, informers synced");
-              // Tasks that wait on a dispatch while the broker was away.
-              for (const auto& task : tasks_->list()) reconcile_task(task);
-            });
-          });
-        });
-      });
+  link_->subscribe({{std::string(topics::kRegister), 1},
+                    {std::string(topics::kAllTaskStatusFilter), 1},
+                    {std::string(topics::kAllPresenceFilter), 1},
+                    {std::string(topics::kHeartbeat), 0}},
+                   [this](bool ok, const std::string& error) {
+                     loop_.post([this, ok, error] {
+                       if (!ok) {
+                         spdlog::error("subscribing failed: {}; reconnecting", error);
+                         on_disconnected("subscribe failed");
+                         return;
+                       }
+                       spdlog::info("subscribed to register, task status and presence (QoS 1) and heartbeat (QoS 0)");
+                       if (hooks_.notify) hooks_.notify("READY=1\nSTATUS=connected, informers synced");
+                       // Tasks that wait on a dispatch while the broker was away.
+                       for (const auto& task : tasks_->list()) reconcile_task(task);
+                     });
+                   });
 }
 
 void Bridge::on_disconnected(const std::string& cause) {

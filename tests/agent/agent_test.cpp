@@ -26,7 +26,7 @@ struct FakeLink final : mqtt::Link {
   int connects = 0;
   std::vector<Published> published;
   void connect() override { ++connects; }
-  void subscribe(const std::vector<std::string>&, int, mqtt::Completion done) override { done(true, ""); }
+  void subscribe(const std::vector<mqtt::Subscription>&, mqtt::Completion done) override { done(true, ""); }
   void publish(const std::string& topic, const std::string& payload, int, bool, mqtt::Completion done) override {
     published.push_back({topic, payload, std::move(done)});
   }

@@ -60,10 +60,14 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
     }
   }
 
-  void subscribe(const std::vector<std::string>& filters, int qos, Completion done) override {
+  void subscribe(const std::vector<Subscription>& subscriptions, Completion done) override {
     const std::uint64_t id = remember(std::move(done));
-    auto topics = ::mqtt::string_collection::create(filters);
-    ::mqtt::iasync_client::qos_collection qoses(filters.size(), qos);
+    auto topics = std::make_shared<::mqtt::string_collection>();
+    ::mqtt::iasync_client::qos_collection qoses;
+    for (const Subscription& subscription : subscriptions) {
+      topics->push_back(subscription.filter);
+      qoses.push_back(subscription.qos);
+    }
     try {
       client_.subscribe(topics, qoses, context_of(id), *this);
     } catch (const ::mqtt::exception& error) {

@@ -26,13 +26,21 @@ struct LinkEvents {
 // Called once with whether the broker acknowledged (QoS 1: PUBACK or SUBACK).
 using Completion = std::function<void(bool ok, const std::string& error)>;
 
+// A topic filter and the largest QoS the broker may deliver it at (it
+// downgrades messages published at a higher one).
+struct Subscription {
+  std::string filter;
+  int qos = 1;
+};
+
 class Link {
  public:
   virtual ~Link() = default;
   // One connection attempt; ends in events.connected or events.connect_failed.
   // The daemon, not the link, decides when to try again.
   virtual void connect() = 0;
-  virtual void subscribe(const std::vector<std::string>& filters, int qos, Completion done) = 0;
+  // One SUBSCRIBE for all of them: done(true) once the broker granted each.
+  virtual void subscribe(const std::vector<Subscription>& subscriptions, Completion done) = 0;
   virtual void publish(const std::string& topic, const std::string& payload, int qos, bool retain, Completion done) = 0;
   // A clean MQTT DISCONNECT (the broker then drops the last will), waiting at
   // most `timeout`.
