@@ -18,7 +18,7 @@ class BearerTokenTest : public ::testing::Test {
  protected:
   void rotate(const std::string& token) { std::ofstream(file_) << token; }
   BearerToken make() {
-    return BearerToken(read_token_file(file_), file_, 1min, [this] { return now_; });
+    return BearerToken(read_token_file(file_, "token").value(), file_, 1min, [this] { return now_; });
   }
 
   k8s4r::testing::TempDir dir_;

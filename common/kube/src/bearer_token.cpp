@@ -6,9 +6,9 @@
 
 namespace k8s4r::kube {
 
-std::string read_token_file(const std::string& path) {
+Result<std::string> read_token_file(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
+  if (!in) return Error{what, "cannot read " + path};
   std::ostringstream content;
   content << in.rdbuf();
   std::string token = content.str();
@@ -24,7 +24,7 @@ std::string BearerToken::current() {
   if (file_.empty()) return token_;
   const Clock::time_point now = now_();
   if (stale_ || now - read_at_ >= period_) {
-    if (std::string fresh = read_token_file(file_); !fresh.empty()) token_ = std::move(fresh);
+    if (auto fresh = read_token_file(file_, "tokenFile"); fresh && !fresh.value().empty()) token_ = fresh.value();
     read_at_ = now;
     stale_ = false;
   }

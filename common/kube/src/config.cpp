@@ -1,5 +1,7 @@
 #include "k8s4r/kube/config.h"
 
+#include "k8s4r/kube/bearer_token.h"
+
 #include "k8s4r/common/base64.h"
 
 #include <yaml-cpp/yaml.h>
@@ -101,13 +103,10 @@ Result<ClientConfig> load_kubeconfig(const std::string& path) {
     config.client_key_pem = key.value();
     config.token = scalar(user, "token");
     if (config.token.empty() && !scalar(user, "tokenFile").empty()) {
-      const fs::path token_file = base / scalar(user, "tokenFile");
-      auto token = read_file(token_file, "tokenFile");
+      config.token_file = (base / scalar(user, "tokenFile")).string();
+      auto token = read_token_file(config.token_file, "tokenFile");
       if (!token) return token.error().within("kubeconfig " + path);
       config.token = token.value();
-      while (!config.token.empty() && std::isspace(static_cast<unsigned char>(config.token.back())))
-        config.token.pop_back();
-      config.token_file = token_file.string();
     }
   }
   if (const std::string ns = scalar(context, "namespace"); !ns.empty()) config.namespace_ = ns;
@@ -121,7 +120,7 @@ Result<ClientConfig> in_cluster(const ConfigSources& sources) {
     return Error{"in-cluster", "KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set"};
   }
   const fs::path dir = sources.service_account_dir;
-  auto token = read_file(dir / "token", "in-cluster");
+  auto token = read_token_file((dir / "token").string(), "in-cluster");
   if (!token) return token.error();
   ClientConfig config;
   config.source = "in-cluster service account " + dir.string();
@@ -129,8 +128,6 @@ Result<ClientConfig> in_cluster(const ConfigSources& sources) {
   config.server =
       "https://" + (ipv6 ? "[" + sources.service_host + "]" : sources.service_host) + ":" + sources.service_port;
   config.token = token.value();
-  while (!config.token.empty() && std::isspace(static_cast<unsigned char>(config.token.back())))
-    config.token.pop_back();
   config.token_file = (dir / "token").string();  // projected: the kubelet rotates it
   auto ca = read_file(dir / "ca.crt", "in-cluster");
   if (!ca) return ca.error();

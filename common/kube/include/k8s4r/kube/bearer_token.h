@@ -11,6 +11,8 @@
 // Thread-safety: every member may be called from any thread.
 #pragma once
 
+#include "k8s4r/common/result.h"
+
 #include <chrono>
 #include <functional>
 #include <mutex>
@@ -42,8 +44,8 @@ class BearerToken {
   bool stale_ = false;
 };
 
-// The file's token: its content without trailing whitespace, or empty when it
-// cannot be read.
-std::string read_token_file(const std::string& path);
+// The file's token: its content without trailing whitespace (the newline
+// `kubectl create token > file` leaves). `what` names the setting in the error.
+Result<std::string> read_token_file(const std::string& path, const std::string& what);
 
 }  // namespace k8s4r::kube
