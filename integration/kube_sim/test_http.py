@@ -205,3 +205,12 @@ def test_stats_count_each_users_requests_by_verb_and_resource(kube_sim):
     # Requests without valid credentials are answered 401 and counted for nobody.
     assert sim.request("GET", "/api/v1/namespaces/default/configmaps", token=False)[0] == 401
     assert sim.request("GET", "/_sim/stats")[2]["requests"]["kubernetes-admin"] == after
+
+
+def test_stats_stay_bounded_when_a_client_asks_for_made_up_resources(kube_sim):
+    sim = kube_sim(token="admin-token")
+    for n in range(1100):
+        sim.request("GET", f"/api/v1/namespaces/default/made-up-{n}")
+    counts = sim.request("GET", "/_sim/stats")[2]["requests"]
+    assert sum(len(by_request) for by_request in counts.values()) <= 1001
+    assert counts["kubernetes-admin"]["(other requests)"] >= 99

@@ -292,8 +292,20 @@ std::variant<UserInfo, ApiResponse> ApiHandler::admit(const HttpRequest& request
   if (attributes.resource_request) {
     std::string key = attributes.verb + " " + attributes.resource;
     if (!attributes.subresource.empty()) key += "/" + attributes.subresource;
+    // Bounded: resource names come from the URL, so a client asking for
+    // made-up ones would otherwise grow this map without end.
+    constexpr std::size_t kMaxCounted = 1'000;  // of at most 64 KiB each (the header limit)
     std::lock_guard lock(counts_mutex_);
-    ++counts_[user.name][key];
+    const bool room = counted_ < kMaxCounted;
+    auto& by_request = counts_[room || counts_.contains(user.name) ? user.name : "(other users)"];
+    if (!by_request.contains(key)) {
+      if (room) {
+        ++counted_;
+      } else {
+        key = "(other requests)";
+      }
+    }
+    ++by_request[key];
   }
   return user;
 }

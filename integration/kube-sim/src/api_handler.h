@@ -94,6 +94,7 @@ class ApiHandler {
   std::string address_;
   mutable std::mutex counts_mutex_;
   mutable std::map<std::string, std::map<std::string, long long>> counts_;
+  mutable std::size_t counted_ = 0;  // distinct keys in counts_
 };
 
 }  // namespace k8s4r::kube_sim
