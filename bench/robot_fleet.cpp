@@ -35,6 +35,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <fcntl.h>
@@ -72,7 +73,6 @@ struct Robot {
   std::string id;
   mosquitto* client = nullptr;
   int inflight = 0;
-  bool connected = false;
   bool registered = false;
   bool watching_write = false;
 };
@@ -166,11 +166,14 @@ class Fleet {
   json statuses(const std::string& file) {
     std::ifstream in(file);
     if (!in) throw std::runtime_error("cannot read " + file);
+    std::unordered_map<std::string, std::size_t> by_id;
+    for (std::size_t i = 0; i < robots_.size(); ++i) by_id.emplace(robots_[i].id, i);
     std::vector<std::pair<std::size_t, std::string>> work;
     std::string robot_id, uid;
     while (in >> robot_id >> uid) {
-      const std::size_t index = index_of(robot_id);
-      work.emplace_back(index, uid);
+      const auto found = by_id.find(robot_id);
+      if (found == by_id.end()) throw std::runtime_error("no simulated robot " + robot_id + " in this fleet");
+      work.emplace_back(found->second, uid);
     }
     const auto start = Steady::now();
     for (int seq = 1; seq <= 2; ++seq) {
@@ -283,12 +286,6 @@ class Fleet {
         .dump();
   }
 
-  std::size_t index_of(const std::string& robot_id) const {
-    for (std::size_t i = 0; i < robots_.size(); ++i)
-      if (robots_[i].id == robot_id) return i;
-    throw std::runtime_error("no simulated robot " + robot_id);
-  }
-
   void publish(Robot& robot, const std::string& topic, const std::string& payload, bool retain) {
     int mid = 0;
     const int rc = mosquitto_publish(robot.client, &mid, topic.c_str(), static_cast<int>(payload.size()),
@@ -340,7 +337,10 @@ class Fleet {
     }
   }
 
-  static void check(const Robot& robot, int rc) {
+  // Also where a callback's failure surfaces: libmosquitto is C, and an
+  // exception must not unwind through it.
+  void check(const Robot& robot, int rc) {
+    if (!failure_.empty()) throw std::runtime_error(failure_);
     if (rc != MOSQ_ERR_SUCCESS) throw std::runtime_error(robot.id + ": connection lost: " + mosquitto_strerror(rc));
   }
 
@@ -356,8 +356,10 @@ class Fleet {
   static void on_connect(mosquitto* client, void* robot_ptr, int rc) {
     Robot& robot = *static_cast<Robot*>(robot_ptr);
     Fleet* self = robot.fleet;
-    if (rc != 0) throw std::runtime_error(robot.id + ": CONNACK refused: " + mosquitto_connack_string(rc));
-    robot.connected = true;
+    if (rc != 0) {
+      self->failure_ = robot.id + ": CONNACK refused: " + mosquitto_connack_string(rc);
+      return;
+    }
     ++self->connected_;
     if (!self->subscribe_topic_.empty()) {
       mosquitto_subscribe(client, nullptr, self->subscribe_topic_.c_str(), self->subscribe_qos_);
@@ -365,7 +367,11 @@ class Fleet {
     }
     mosquitto_subscribe(client, nullptr, ("k8s4r/robots/" + robot.id + "/response").c_str(), 1);
     const std::string online = json{{"robotId", robot.id}, {"online", true}, {"timestamp", rfc3339_now()}}.dump();
-    self->publish(robot, presence_topic(robot), online, true);
+    try {
+      self->publish(robot, presence_topic(robot), online, true);
+    } catch (const std::exception& error) {
+      self->failure_ = error.what();
+    }
   }
 
   static void on_publish(mosquitto* /*client*/, void* robot_ptr, int /*mid*/) {
@@ -398,6 +404,7 @@ class Fleet {
   std::string subscribe_topic_;
   int subscribe_qos_ = 0;
   std::string stdin_buffer_;
+  std::string failure_;  // set by a callback, thrown by check()
   bool stdin_closed_ = false;
   int connected_ = 0;
   int registered_ = 0;
