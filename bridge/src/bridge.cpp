@@ -70,7 +70,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   kube::InformerOptions robot_options{crd::kRobots, namespace_};
   kube::InformerOptions task_options{crd::kTasks, namespace_};
   task_options.consistency_check_interval = std::chrono::minutes(5);
-  robot_options.transform = task_options.transform = keep_cached_fields;
+  robot_options.transform = keep_cached_robot_fields;
+  task_options.transform = keep_cached_fields;
   robots_ = std::make_unique<kube::Informer>(client_, robot_options);
   tasks_ = std::make_unique<kube::Informer>(client_, task_options);
   tasks_->add_index("robot", [](const json& task) -> std::vector<std::string> {

@@ -1,9 +1,25 @@
 #include "k8s4r/bridge/cached_fields.h"
 
+#include "k8s4r/bridge/robot_patches.h"
+
 #include <array>
 #include <string_view>
 
 namespace k8s4r::bridge {
+
+namespace {
+
+template <std::size_t N>
+void keep_only(nlohmann::json& value, const std::array<std::string_view, N>& keys) {
+  if (!value.is_object()) return;
+  for (auto it = value.begin(); it != value.end();) {
+    bool keep = false;
+    for (std::string_view key : keys) keep = keep || it.key() == key;
+    it = keep ? std::next(it) : value.erase(it);
+  }
+}
+
+}  // namespace
 
 void keep_cached_fields(nlohmann::json& object) {
   if (!object.is_object()) return;
@@ -11,17 +27,23 @@ void keep_cached_fields(nlohmann::json& object) {
   static constexpr std::array<std::string_view, 8> kMetadata{
       "name",      "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
       "finalizers"};
-  const auto keep_only = [](nlohmann::json& value, const auto& keys) {
-    for (auto it = value.begin(); it != value.end();) {
-      bool keep = false;
-      for (std::string_view key : keys) keep = keep || it.key() == key;
-      it = keep ? std::next(it) : value.erase(it);
-    }
-  };
   nlohmann::json metadata = object.contains("metadata") ? std::move(object["metadata"]) : nlohmann::json::object();
   keep_only(object, kTop);
-  if (metadata.is_object()) keep_only(metadata, kMetadata);
+  keep_only(metadata, kMetadata);
   object["metadata"] = std::move(metadata);
+}
+
+void keep_cached_robot_fields(nlohmann::json& robot) {
+  keep_cached_fields(robot);
+  if (!robot.is_object()) return;
+  static constexpr std::array<std::string_view, 1> kSpec{"labels"};
+  static constexpr std::array<std::string_view, 7> kStatus{
+      "phase", "message", "connected", "conditions", "runningTasks", "lastHeartbeatTime", "deviceInfo"};
+  if (auto spec = robot.find("spec"); spec != robot.end()) keep_only(*spec, kSpec);
+  if (auto status = robot.find("status"); status != robot.end() && status->is_object()) {
+    keep_only(*status, kStatus);
+    if (auto device = status->find("deviceInfo"); device != status->end()) *device = capacity_text(*device);
+  }
 }
 
 }  // namespace k8s4r::bridge

@@ -39,10 +39,11 @@ void Bridge::on_heartbeat(const Heartbeat& message) {
     }
   }
   HeartbeatFacts facts = facts_of(message);
-  if (facts.capacity.is_null()) facts.capacity = memory.written.capacity;  // not sent: unchanged
-  memory.unwritten = std::pair{message, facts};
+  if (facts.capacity.empty()) facts.capacity = memory.written.capacity;  // not sent: unchanged
   const auto since = steady_now - memory.last_write;
   const bool changed = facts != memory.written;
+  memory.unwritten = std::pair{message, std::move(facts)};
+  memory.unwritten->first.token.clear();  // never written, and 10,000 of them add up
   if (!memory.wrote || changed || since >= interval) {
     write_heartbeat(robot_id, !memory.wrote ? "first" : changed ? "changed" : "interval");
     return;

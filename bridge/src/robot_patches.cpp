@@ -29,10 +29,15 @@ crd::Condition connected_condition(bool online) {
           "the agent went offline: it said goodbye, or the broker published its last will"};
 }
 
-// The device facts a scheduler and an operator act on: what a robot is, not
-// how busy it is right now.
-json capacity_of(const json& device) {
-  if (!device.is_object()) return nullptr;
+json running_uids(std::vector<std::string> uids) {
+  std::sort(uids.begin(), uids.end());
+  return uids;
+}
+
+}  // namespace
+
+std::string capacity_text(const json& device) {
+  if (!device.is_object()) return {};
   json capacity = json::object();
   for (const char* key : {"hostname", "platform"}) {
     if (device.contains(key)) capacity[key] = device[key];
@@ -44,15 +49,9 @@ json capacity_of(const json& device) {
   }
   if (auto memory = device.find("memory"); memory != device.end() && memory->is_object() && memory->contains("total"))
     capacity["memory"]["total"] = (*memory)["total"];
-  return capacity;
+  // Objects print their keys sorted: one text per capacity.
+  return capacity.dump(-1, ' ', false, json::error_handler_t::replace);
 }
-
-json running_uids(std::vector<std::string> uids) {
-  std::sort(uids.begin(), uids.end());
-  return uids;
-}
-
-}  // namespace
 
 Decision<void> may_register(const json* robot) {
   if (robot) {
@@ -100,8 +99,7 @@ HeartbeatFacts facts_of(const Heartbeat& message) {
   HeartbeatFacts facts;
   facts.running_tasks = message.running_tasks;
   std::sort(facts.running_tasks.begin(), facts.running_tasks.end());
-  const json wire = to_json_value(message);
-  facts.capacity = wire.contains("deviceInfo") ? capacity_of(wire["deviceInfo"]) : json(nullptr);
+  if (message.device_info) facts.capacity = capacity_text(to_json_value(message)["deviceInfo"]);
   facts.connected = true;
   return facts;
 }
@@ -114,7 +112,8 @@ HeartbeatFacts facts_of_robot(const json& robot) {
     }
     std::sort(facts.running_tasks.begin(), facts.running_tasks.end());
   }
-  facts.capacity = capacity_of(field(robot, "status", "deviceInfo"));
+  const json& device = field(robot, "status", "deviceInfo");
+  facts.capacity = device.is_string() ? device.get<std::string>() : capacity_text(device);
   facts.connected = says_connected(&robot);
   return facts;
 }

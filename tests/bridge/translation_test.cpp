@@ -27,6 +27,15 @@ std::string example(const std::string& path) {
 
 const Timestamp kNow = parse_rfc3339("2026-11-23T10:00:00Z").value();
 
+// What a parsed document costs in memory is about proportional to this.
+std::size_t values_in(const json& value) {
+  std::size_t count = 1;
+  if (value.is_structured()) {
+    for (const json& item : value) count += values_in(item);
+  }
+  return count;
+}
+
 json task_on(const std::string& robot, const std::string& state, std::optional<int> seq = std::nullopt) {
   json task = {
       {"apiVersion", "robot.k8s4r.io/v1alpha1"},
@@ -239,6 +248,49 @@ TEST(CachedFields, TheCacheKeepsEverythingTheBridgeReadsAndDropsTheBulk) {
   EXPECT_EQ(crd::add_finalizer_patch(cached, crd::kBridgeFinalizer),
             crd::add_finalizer_patch(task, crd::kBridgeFinalizer));
   EXPECT_EQ(cached["metadata"]["resourceVersion"], "42");
+}
+
+TEST(CachedFields, ACachedRobotKeepsWhatRegisterHeartbeatAndPresenceReadAndLittleElse) {
+  // A Robot as a Go K8s4r agent leaves it: registered, then written by a heartbeat.
+  const Register registration = parse_register(example("register/valid-go-k8s4r-agent.json")).value();
+  json robot = new_robot(registration, "default");
+  robot["metadata"]["uid"] = "0f3c";
+  robot["metadata"]["resourceVersion"] = "7";
+  robot["metadata"]["managedFields"] = json::array({{{"manager", "k8s4r-bridge"}}});
+  robot["status"] = {{"phase", "Online"}};
+  robot["status"]["conditions"] =
+      json::array({{{"type", "Approved"}, {"status", "True"}, {"lastTransitionTime", "2026-11-23T09:00:00Z"}}});
+  robot.merge_patch(register_status_patch(registration, &robot, kNow));
+  Heartbeat beat = parse_heartbeat(example("heartbeat/valid-go-k8s4r-agent.json")).value();
+  beat.running_tasks = {"b", "a"};
+  robot.merge_patch(heartbeat_status_patch(beat, robot, kNow));
+  ASSERT_TRUE(robot["status"]["deviceInfo"].is_object());
+  json cached = robot;
+  keep_cached_robot_fields(cached);
+
+  EXPECT_LE(values_in(cached) * 2, values_in(robot)) << "half the values, or fewer";
+  for (const char* gone : {"agentVersion", "tokenDigest"}) EXPECT_FALSE(cached["status"].contains(gone)) << gone;
+  EXPECT_FALSE(cached["spec"].contains("description"));
+  // Every decision and patch made from the cached copy is the one the whole Robot gives.
+  const Timestamp later = kNow + std::chrono::minutes(1);
+  EXPECT_EQ(facts_of_robot(cached), facts_of_robot(robot));
+  EXPECT_EQ(bool(may_register(&cached)), bool(may_register(&robot)));
+  EXPECT_EQ(register_spec_patch(registration, cached), register_spec_patch(registration, robot));
+  EXPECT_EQ(register_status_patch(registration, &cached, later), register_status_patch(registration, &robot, later));
+  EXPECT_EQ(heartbeat_status_patch(beat, cached, later), heartbeat_status_patch(beat, robot, later));
+  for (bool online : {true, false}) {
+    const Presence presence{.robot_id = registration.robot_id, .online = online, .timestamp = later};
+    EXPECT_EQ(presence_status_patch(presence, cached, later), presence_status_patch(presence, robot, later));
+  }
+  const auto whole_view = crd::read_robot(robot), cached_view = crd::read_robot(cached);
+  EXPECT_EQ(cached_view.name, whole_view.name);
+  EXPECT_EQ(cached_view.phase, whole_view.phase);
+  EXPECT_EQ(cached_view.has_spec_labels, whole_view.has_spec_labels);
+  EXPECT_EQ(cached_view.connected, whole_view.connected);
+  // A capacity change still shows against the cached copy.
+  Heartbeat upgraded = beat;
+  upgraded.device_info->memory.total = 16'000'000'000;
+  EXPECT_NE(facts_of(upgraded), facts_of_robot(cached));
 }
 
 }  // namespace k8s4r::bridge

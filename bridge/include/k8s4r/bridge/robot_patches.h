@@ -35,12 +35,20 @@ nlohmann::json register_status_patch(const Register& message, const nlohmann::js
 // the robot's next write slot.
 struct HeartbeatFacts {
   std::vector<std::string> running_tasks;  // sorted
-  nlohmann::json capacity;                 // cores, memory total, model, platform, hostname
+  std::string capacity;                    // capacity_text of the device info; "" when none was sent
   bool connected = false;                  // the Robot says connected
   bool operator==(const HeartbeatFacts&) const = default;
 };
 HeartbeatFacts facts_of(const Heartbeat& message);
+// From a Robot as the API holds it, or as the bridge caches it (where
+// status.deviceInfo is already its capacity_text).
 HeartbeatFacts facts_of_robot(const nlohmann::json& robot);
+
+// The device facts a scheduler and an operator act on (hostname, platform,
+// cores, CPU model, memory total; not usage, uptime or timestamps) as
+// canonical JSON text, so two are compared as strings and kept in a few
+// hundred bytes; "" when `device_info` is not an object.
+std::string capacity_text(const nlohmann::json& device_info);
 
 // status: lastHeartbeatTime, runningTasks, deviceInfo when sent, and the
 // Connected condition when the Robot does not say connected (Go K8s4r
