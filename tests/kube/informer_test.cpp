@@ -90,11 +90,28 @@ bool eventually(Condition condition) {
   return true;
 }
 
+// Every test runs over both ways of keeping the cache: parsed objects, and
+// packed (MessagePack, parsed again on each read).
+class InformerTest : public ::testing::TestWithParam<bool> {
+ protected:
+  InformerOptions options_for(const Resource& resource) const {
+    InformerOptions options{resource, "default"};
+    options.packed = GetParam();
+    return options;
+  }
+  InformerOptions quick_options() const {
+    InformerOptions options = options_for(kTasks);
+    options.retry_delay = 10ms;
+    options.max_retry_delay = 20ms;
+    return options;
+  }
+};
+
 json list_of(const std::string& version, std::vector<json> items) {
   return {{"metadata", {{"resourceVersion", version}}}, {"items", items}};
 }
 
-TEST(Informer, RelistAfterExpiredDeliversTheDifferenceOnce) {
+TEST_P(InformerTest, RelistAfterExpiredDeliversTheDifferenceOnce) {
   ScriptedServer server({
       {list_of("10", {task("a", "5", "r1"), task("b", "6", "r1")}),
        {event("MODIFIED", task("a", "11", "r2")), event("ADDED", task("a", "11", "r2")),  // a duplicate: ignored
@@ -105,7 +122,7 @@ TEST(Informer, RelistAfterExpiredDeliversTheDifferenceOnce) {
   });
   Client client(ClientConfig{}, std::make_unique<FakeTransport>([&](const HttpRequest& r) { return server.answer(r); }),
                 [](std::chrono::milliseconds) {});
-  InformerOptions options{kTasks, "default"};
+  InformerOptions options = options_for(kTasks);
   options.retry_delay = 10ms;
   Informer informer(client, options);
   std::vector<std::string> events;
@@ -146,14 +163,14 @@ TEST(Informer, RelistAfterExpiredDeliversTheDifferenceOnce) {
   EXPECT_TRUE(informer.has_synced());
 }
 
-TEST(Informer, PredicatesDropUpdatesAHandlerDoesNotCareAbout) {
+TEST_P(InformerTest, PredicatesDropUpdatesAHandlerDoesNotCareAbout) {
   json status_only = task("a", "11", "r1");
   status_only["status"] = {{"state", "running"}};
   ScriptedServer server({{list_of("10", {task("a", "5", "r1")}),
                           {event("MODIFIED", status_only), event("MODIFIED", task("a", "12", "r1", 2))}}});
   Client client(ClientConfig{}, std::make_unique<FakeTransport>([&](const HttpRequest& r) { return server.answer(r); }),
                 [](std::chrono::milliseconds) {});
-  InformerOptions options{kTasks, "default"};
+  InformerOptions options = options_for(kTasks);
   options.retry_delay = 10ms;
   Informer informer(client, options);
   std::atomic<int> spec_updates{0}, state_updates{0}, all_updates{0};
@@ -191,13 +208,6 @@ Client client_for(FakeTransport::Script script) {
   return Client(config, std::make_unique<FakeTransport>(std::move(script)), [](std::chrono::milliseconds) {});
 }
 
-InformerOptions quick_options() {
-  InformerOptions options{kTasks, "default"};
-  options.retry_delay = 10ms;
-  options.max_retry_delay = 20ms;
-  return options;
-}
-
 // Holds a handler until the test opens it.
 class Gate {
  public:
@@ -219,7 +229,7 @@ class Gate {
   bool open_ = false;
 };
 
-TEST(Informer, ASlowHandlerDelaysOnlyItselfNotTheCacheOrOtherHandlers) {
+TEST_P(InformerTest, ASlowHandlerDelaysOnlyItselfNotTheCacheOrOtherHandlers) {
   constexpr int kTasksInWatch = 200;
   std::vector<std::string> lines;
   for (int i = 0; i < kTasksInWatch; ++i)
@@ -250,7 +260,7 @@ TEST(Informer, ASlowHandlerDelaysOnlyItselfNotTheCacheOrOtherHandlers) {
   informer.stop();
 }
 
-TEST(Informer, HasSyncedWaitsForEveryHandlerToHandleTheFirstList) {
+TEST_P(InformerTest, HasSyncedWaitsForEveryHandlerToHandleTheFirstList) {
   ScriptedServer server(
       std::vector<ScriptedServer::Round>{{list_of("1", {task("a", "1", "r"), task("b", "1", "r")}), {}}});
   Client client(ClientConfig{}, std::make_unique<FakeTransport>([&](const HttpRequest& r) { return server.answer(r); }),
@@ -266,7 +276,7 @@ TEST(Informer, HasSyncedWaitsForEveryHandlerToHandleTheFirstList) {
   informer.stop();
 }
 
-TEST(Informer, AnExpiredContinueTokenFallsBackToOneFullList) {
+TEST_P(InformerTest, AnExpiredContinueTokenFallsBackToOneFullList) {
   std::atomic<int> full_lists{0};
   Client client = client_for([&](const HttpRequest& request) -> FakeReply {
     if (is_watch(request)) return quiet_watch(request);
@@ -301,7 +311,7 @@ TEST(Informer, AnExpiredContinueTokenFallsBackToOneFullList) {
   informer.stop();
 }
 
-TEST(Informer, FailingListsBackOffExponentiallyWithJitter) {
+TEST_P(InformerTest, FailingListsBackOffExponentiallyWithJitter) {
   std::mutex mutex;
   std::vector<std::chrono::steady_clock::time_point> attempts;
   Client client = client_for([&](const HttpRequest& request) -> FakeReply {
@@ -310,7 +320,7 @@ TEST(Informer, FailingListsBackOffExponentiallyWithJitter) {
     attempts.push_back(std::chrono::steady_clock::now());
     return FakeReply{HttpResponse{500, "{}", ""}};
   });
-  InformerOptions options{kTasks, "default"};
+  InformerOptions options = options_for(kTasks);
   options.retry_delay = 20ms;
   options.max_retry_delay = 160ms;
   Informer informer(client, options);
@@ -332,7 +342,7 @@ TEST(Informer, FailingListsBackOffExponentiallyWithJitter) {
   EXPECT_FALSE(informer.has_synced());
 }
 
-TEST(Informer, StopCancelsAListInFlightAndItsRetries) {
+TEST_P(InformerTest, StopCancelsAListInFlightAndItsRetries) {
   std::atomic<bool> list_started{false};
   ClientConfig config;
   config.max_attempts = 100;  // a list retried for minutes, were it not cancelled
@@ -352,7 +362,7 @@ TEST(Informer, StopCancelsAListInFlightAndItsRetries) {
   EXPECT_LT(std::chrono::steady_clock::now() - before, 5s);
 }
 
-TEST(Informer, AThrowingIndexFunctionIsCountedAndTheObjectStaysCached) {
+TEST_P(InformerTest, AThrowingIndexFunctionIsCountedAndTheObjectStaysCached) {
   ScriptedServer server(std::vector<ScriptedServer::Round>{
       {list_of("1", {task("a", "1", "r1"), task("bad", "2", "r1")}), {event("ADDED", task("c", "3", "r2"))}}});
   Client client(ClientConfig{}, std::make_unique<FakeTransport>([&](const HttpRequest& r) { return server.answer(r); }),
@@ -372,7 +382,7 @@ TEST(Informer, AThrowingIndexFunctionIsCountedAndTheObjectStaysCached) {
   informer.stop();
 }
 
-TEST(Informer, AHandlerAddedAfterStartSeesTheCacheThenEveryChange) {
+TEST_P(InformerTest, AHandlerAddedAfterStartSeesTheCacheThenEveryChange) {
   std::atomic<bool> release_watch{false}, finished{false};
   Client client = client_for([&](const HttpRequest& request) -> FakeReply {
     if (!is_watch(request))
@@ -408,7 +418,7 @@ TEST(Informer, AHandlerAddedAfterStartSeesTheCacheThenEveryChange) {
   EXPECT_EQ(seen, (std::vector<std::string>{"add a", "add b", "update a", "delete b"}));
 }
 
-TEST(Informer, TheTransformShapesWhatIsCachedFromListsAndWatches) {
+TEST_P(InformerTest, TheTransformShapesWhatIsCachedFromListsAndWatches) {
   json listed = task("a", "1", "r");
   listed["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
   json watched = task("b", "2", "r");
@@ -433,6 +443,53 @@ TEST(Informer, TheTransformShapesWhatIsCachedFromListsAndWatches) {
   }
   informer.stop();
 }
+
+TEST_P(InformerTest, EveryReadHandsOutTheObjectAsListedOrWatched) {
+  json listed = task("a", "1", "r1");
+  listed["status"] = {{"state", "running"},
+                      {"exitCode", -1},
+                      {"progress", 0.25},
+                      {"big", 18446744073709551615ULL},
+                      {"note", "ünïcode ✓ \"quoted\""},
+                      {"empty", json::object()},
+                      {"none", nullptr},
+                      {"list", json::array({1, "two", false, json::array()})}};
+  json watched = task("b", "2", "r1");
+  watched["spec"]["env"] = {{"A", "1"}};
+  json changed = listed;
+  changed["metadata"]["resourceVersion"] = "3";
+  changed["status"]["state"] = "completed";
+  ScriptedServer server(std::vector<ScriptedServer::Round>{
+      {list_of("1", {listed}), {event("ADDED", watched), event("MODIFIED", changed)}}});
+  Client client(ClientConfig{}, std::make_unique<FakeTransport>([&](const HttpRequest& r) { return server.answer(r); }),
+                [](std::chrono::milliseconds) {});
+  Informer informer(client, quick_options());
+  std::mutex mutex;
+  std::vector<json> old_objects;
+  informer.add_handler({{},
+                        [&](const ObjectPtr& old_object, const ObjectPtr&) {
+                          std::lock_guard lock(mutex);
+                          old_objects.push_back(*old_object);
+                        },
+                        {},
+                        {}});
+  informer.add_index("robot", [](const json& o) { return std::vector<std::string>{o["spec"]["targetRobot"]}; });
+  informer.start();
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lock(mutex);
+    return !old_objects.empty();
+  }));
+  ASSERT_TRUE(eventually([&] { return informer.list().size() == 2; }));
+  EXPECT_EQ(*informer.get("default", "a"), changed);
+  EXPECT_EQ(informer.get("default", "a")->dump(), changed.dump()) << "numbers keep their kind";
+  EXPECT_EQ(*informer.get_by_uid("uid-b"), watched);
+  EXPECT_EQ(informer.by_index("robot", "r1").size(), 2u);
+  EXPECT_EQ(old_objects.front(), listed) << "an update's old object is the one cached before it";
+  informer.stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cache, InformerTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& param) { return param.param ? "Packed" : "Parsed"; });
 
 }  // namespace
 }  // namespace k8s4r::kube

@@ -185,7 +185,7 @@ void Informer::add_handler(EventHandler handler) {
   auto listener = std::make_unique<Listener>(std::move(handler), *this);
   if (started_) {
     // Late: it first sees what is cached, as if it had been there all along.
-    for (const auto& [key, object] : objects_) listener->push({Kind::added, nullptr, object});
+    for (const auto& [key, entry] : objects_) listener->push({Kind::added, nullptr, object_of(entry)});
     if (synced_) listener->mark_synced_after_buffered();
     listener->start();
   }
@@ -246,35 +246,56 @@ bool Informer::wait_for_sync(std::chrono::milliseconds timeout) const {
   return synced_changed_.wait_for(lock, timeout, [this] { return synced_ && listeners_synced(); });
 }
 
+// Reads copy an entry under the lock and unpack it after, so a packed cache
+// holds the lock for a copy, not a parse.
 ObjectPtr Informer::get(const std::string& namespace_, const std::string& name) const {
-  std::lock_guard lock(mutex_);
-  auto it = objects_.find(namespace_ + "/" + name);
-  return it == objects_.end() ? nullptr : it->second;
+  Entry entry;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = objects_.find(namespace_ + "/" + name);
+    if (it == objects_.end()) return nullptr;
+    entry = it->second;
+  }
+  return object_of(entry);
 }
 
 ObjectPtr Informer::get_by_uid(const std::string& uid) const {
-  std::lock_guard lock(mutex_);
-  auto it = by_uid_.find(uid);
-  if (it == by_uid_.end()) return nullptr;
-  return objects_.at(it->second);
+  Entry entry;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = by_uid_.find(uid);
+    if (it == by_uid_.end()) return nullptr;
+    entry = objects_.at(it->second);
+  }
+  return object_of(entry);
 }
 
 std::vector<ObjectPtr> Informer::by_index(const std::string& index, const std::string& key) const {
-  std::lock_guard lock(mutex_);
+  std::vector<Entry> entries;
+  {
+    std::lock_guard lock(mutex_);
+    auto index_it = indexes_.find(index);
+    if (index_it == indexes_.end()) return {};
+    auto key_it = index_it->second.find(key);
+    if (key_it == index_it->second.end()) return {};
+    for (const std::string& object_key : key_it->second) entries.push_back(objects_.at(object_key));
+  }
   std::vector<ObjectPtr> found;
-  auto index_it = indexes_.find(index);
-  if (index_it == indexes_.end()) return found;
-  auto key_it = index_it->second.find(key);
-  if (key_it == index_it->second.end()) return found;
-  for (const std::string& object_key : key_it->second) found.push_back(objects_.at(object_key));
+  found.reserve(entries.size());
+  for (const Entry& entry : entries) found.push_back(object_of(entry));
   return found;
 }
 
 std::vector<ObjectPtr> Informer::list() const {
-  std::lock_guard lock(mutex_);
+  std::vector<Entry> entries;
+  {
+    std::lock_guard lock(mutex_);
+    entries.reserve(objects_.size());
+    for (const auto& [key, entry] : objects_) entries.push_back(entry);
+  }
   std::vector<ObjectPtr> all;
-  all.reserve(objects_.size());
-  for (const auto& [key, object] : objects_) all.push_back(object);
+  all.reserve(entries.size());
+  for (const Entry& entry : entries) all.push_back(object_of(entry));
   return all;
 }
 
@@ -294,6 +315,22 @@ InformerMetrics Informer::metrics() const {
 }
 
 // ---- cache --------------------------------------------------------------------------
+
+Informer::Entry Informer::entry_of(ObjectPtr object) const {
+  Entry entry;
+  entry.version = version_of(*object);
+  if (!options_.packed) {
+    entry.object = std::move(object);
+    return entry;
+  }
+  entry.packed = PackedJson(*object);
+  return entry;
+}
+
+ObjectPtr Informer::object_of(const Entry& entry) const {
+  if (entry.object) return entry.object;
+  return std::make_shared<const json>(entry.packed.get());
+}
 
 void Informer::index(const std::string& key, const ObjectPtr& object, bool add) {
   const std::string uid = metadata_of(*object).value("uid", "");
@@ -339,15 +376,15 @@ void Informer::upsert(ObjectPtr object) {
   if (const std::string version = version_of(*object); !version.empty()) resource_version_ = version;
   auto it = objects_.find(key);
   if (it == objects_.end()) {
-    objects_[key] = object;
+    objects_.emplace(key, entry_of(object));
     index(key, object, true);
     publish({Kind::added, nullptr, object});
     return;
   }
-  if (version_of(*it->second) == version_of(*object)) return;  // seen already
-  ObjectPtr old_object = it->second;
+  if (it->second.version == version_of(*object)) return;  // seen already
+  ObjectPtr old_object = object_of(it->second);
   index(key, old_object, false);
-  it->second = object;
+  it->second = entry_of(object);
   index(key, object, true);
   publish({Kind::updated, old_object, object});
 }
@@ -358,7 +395,7 @@ void Informer::erase(const ObjectPtr& object) {
   if (const std::string version = version_of(*object); !version.empty()) resource_version_ = version;
   auto it = objects_.find(key);
   if (it == objects_.end()) return;
-  index(key, it->second, false);
+  index(key, object_of(it->second), false);
   objects_.erase(it);
   publish({Kind::deleted, nullptr, object});
 }
@@ -434,12 +471,15 @@ bool Informer::list_and_replace() {
   options.label_selector = options_.label_selector;
   options.field_selector = options_.field_selector;
   options.limit = options_.page_size;
-  std::map<std::string, ObjectPtr> fresh;
+  // Packed as the pages come, when the cache is: a relist holds one parsed
+  // page, not a second parsed copy of everything.
+  std::map<std::string, Entry> fresh;
   const auto version = list_pages(
       options,
       [&](json&& item) {
         auto object = std::make_shared<const json>(std::move(item));
-        fresh[key_of(*object)] = std::move(object);
+        std::string key = key_of(*object);
+        fresh[std::move(key)] = entry_of(std::move(object));
       },
       [&] { fresh.clear(); });
   if (!version) return false;
@@ -448,23 +488,23 @@ bool Informer::list_and_replace() {
     // The difference between what we had and what is there now. A delete
     // seen only here may have missed the object's last state.
     std::vector<Delta> deltas;
-    for (const auto& [key, object] : objects_) {
-      if (!fresh.count(key)) deltas.push_back({Kind::deleted, nullptr, object, true});
-    }
-    for (const auto& [key, object] : fresh) {
-      auto it = objects_.find(key);
-      if (it == objects_.end()) {
-        deltas.push_back({Kind::added, nullptr, object});
-      } else if (version_of(*it->second) != version_of(*object)) {
-        deltas.push_back({Kind::updated, it->second, object});
-      }
-    }
+    std::map<std::string, Entry> old = std::move(objects_);
     objects_.clear();
     by_uid_.clear();
     indexes_.clear();
-    for (auto& [key, object] : fresh) {
+    for (const auto& [key, entry] : old) {
+      if (!fresh.count(key)) deltas.push_back({Kind::deleted, nullptr, object_of(entry), true});
+    }
+    for (auto& [key, entry] : fresh) {
+      const ObjectPtr object = object_of(entry);
+      auto it = old.find(key);
+      if (it == old.end()) {
+        deltas.push_back({Kind::added, nullptr, object});
+      } else if (it->second.version != entry.version) {
+        deltas.push_back({Kind::updated, object_of(it->second), object});
+      }
       index(key, object, true);
-      objects_.emplace(key, std::move(object));
+      objects_.emplace(key, std::move(entry));
     }
     resource_version_ = *version;
     ++metrics_.lists;
@@ -569,7 +609,7 @@ bool Informer::check_consistency() {
     if (relist_) return false;  // a relist is already on its way
     version = resource_version_;
     cached.reserve(objects_.size());
-    for (const auto& [key, object] : objects_) cached.push_back(key + "/" + version_of(*object));
+    for (const auto& [key, entry] : objects_) cached.push_back(key + "/" + entry.version);
   }
   ListOptions options;
   options.label_selector = options_.label_selector;
