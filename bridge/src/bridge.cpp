@@ -71,6 +71,9 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   kube::InformerOptions task_options{crd::kTasks, namespace_};
   task_options.consistency_check_interval = std::chrono::minutes(5);
   robot_options.transform = keep_cached_robot_fields;
+  // A fleet's Robots are the bridge's largest cache, each read about once per
+  // heartbeat: packed, 10,000 of them take a few MiB instead of some 40.
+  robot_options.packed = true;
   task_options.transform = keep_cached_fields;
   robots_ = std::make_unique<kube::Informer>(client_, robot_options);
   tasks_ = std::make_unique<kube::Informer>(client_, task_options);

@@ -28,24 +28,23 @@ void KubeWriter::stop() {
 }
 
 void KubeWriter::merge(Pending& older, Pending newer) {
-  if (newer.create) older.create = std::move(newer.create);
-  if (!newer.main_patch.is_null())
-    older.main_patch = older.main_patch.is_null() ? std::move(newer.main_patch)
-                                                  : crd::compose_merge_patches(older.main_patch, newer.main_patch);
+  const auto compose = [](Packed& first, Packed&& then) {
+    if (then.empty()) return;
+    first = first.empty() ? std::move(then) : Packed(crd::compose_merge_patches(first.get(), then.get()));
+  };
+  if (!newer.create.empty()) older.create = std::move(newer.create);
+  compose(older.main_patch, std::move(newer.main_patch));
   if (newer.finalizer) older.finalizer = newer.finalizer;
-  if (!newer.status_patch.is_null())
-    older.status_patch = older.status_patch.is_null()
-                             ? std::move(newer.status_patch)
-                             : crd::compose_merge_patches(older.status_patch, newer.status_patch);
+  compose(older.status_patch, std::move(newer.status_patch));
   for (auto& done : newer.done) older.done.push_back(std::move(done));
 }
 
 void KubeWriter::write(const ObjectRef& object, WriteRequest request) {
   Pending pending{object,
-                  std::move(request.create),
-                  std::move(request.main_patch),
+                  Packed(request.create.value_or(nullptr)),
+                  Packed(request.main_patch),
                   request.finalizer,
-                  std::move(request.status_patch),
+                  Packed(request.status_patch),
                   {},
                   false};
   if (request.done) pending.done.push_back(std::move(request.done));
@@ -64,7 +63,7 @@ void KubeWriter::write(const ObjectRef& object, WriteRequest request) {
 
 void KubeWriter::create_event(const json& event) {
   ObjectRef ref{crd::kEvents, event["metadata"].value("namespace", ""), event["metadata"].value("name", "")};
-  Pending pending{ref, event, nullptr, std::nullopt, nullptr, {}, true};
+  Pending pending{ref, Packed(event), {}, std::nullopt, {}, {}, true};
   const std::string key = "event:" + ref.key();
   {
     std::lock_guard lock(mutex_);
@@ -94,17 +93,17 @@ bool KubeWriter::execute(Pending& pending, std::string& error, bool& permanent) 
     permanent = refused_for_good(api_error);
     return false;
   };
-  if (pending.create) {
-    auto created = client_.create(ref.resource, ref.namespace_, *pending.create);
+  if (!pending.create.empty()) {
+    auto created = client_.create(ref.resource, ref.namespace_, pending.create.get());
     count("create", created ? 201 : created.error().code);
     if (!created && !created.error().already_exists()) return failed(created.error());
-    pending.create.reset();
+    pending.create.clear();
   }
-  if (!pending.main_patch.is_null()) {
-    auto patched = client_.merge_patch(ref.resource, ref.namespace_, ref.name, pending.main_patch);
+  if (!pending.main_patch.empty()) {
+    auto patched = client_.merge_patch(ref.resource, ref.namespace_, ref.name, pending.main_patch.get());
     count("patch", patched ? 200 : patched.error().code);
     if (!patched) return failed(patched.error());
-    pending.main_patch = nullptr;
+    pending.main_patch.clear();
   }
   const auto finalizer_step = [&]() -> bool {
     if (!pending.finalizer) return true;
@@ -141,8 +140,8 @@ bool KubeWriter::execute(Pending& pending, std::string& error, bool& permanent) 
   // and removed only after the last status is in, so the Task's final state
   // is recorded before it goes.
   if (pending.finalizer == true && !finalizer_step()) return false;
-  if (!pending.status_patch.is_null()) {
-    auto patched = client_.merge_patch(ref.resource, ref.namespace_, ref.name, pending.status_patch, true);
+  if (!pending.status_patch.empty()) {
+    auto patched = client_.merge_patch(ref.resource, ref.namespace_, ref.name, pending.status_patch.get(), true);
     count("patch_status", patched ? 200 : patched.error().code);
     if (!patched) {
       // A status the server refuses must not hold a Task being deleted:
@@ -153,7 +152,7 @@ bool KubeWriter::execute(Pending& pending, std::string& error, bool& permanent) 
       metrics_.add("k8s4r_bridge_kube_writes_dropped_total");
       spdlog::warn("status of {} dropped, releasing it all the same: {}", ref.key(), patched.error().to_string());
     }
-    pending.status_patch = nullptr;
+    pending.status_patch.clear();
   }
   return finalizer_step();
 }
@@ -175,7 +174,7 @@ void KubeWriter::run() {
     bool permanent = false;
     bool ok = false;
     if (pending.is_event) {
-      auto created = client_.create(crd::kEvents, pending.object.namespace_, *pending.create);
+      auto created = client_.create(crd::kEvents, pending.object.namespace_, pending.create.get());
       count("create_event", created ? 201 : created.error().code);
       ok = created || created.error().already_exists();
       if (!ok) {

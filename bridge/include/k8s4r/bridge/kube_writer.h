@@ -20,6 +20,7 @@
 // run on a writer thread.
 #pragma once
 
+#include "k8s4r/common/packed_json.h"
 #include "k8s4r/daemon/metrics.h"
 #include "k8s4r/kube/client.h"
 #include "k8s4r/kube/informer.h"
@@ -73,12 +74,16 @@ class KubeWriter {
   kube::WorkQueueMetrics queue_metrics() const { return queue_.metrics(); }
 
  private:
+  // Documents wait packed: a reconnect storm leaves a pending write for each
+  // of 10,000 robots, and parsed JSON, most of which glibc keeps afterwards,
+  // took 50 MiB of them.
+  using Packed = PackedJson;
   struct Pending {
     ObjectRef object;
-    std::optional<nlohmann::json> create;
-    nlohmann::json main_patch;
+    Packed create;
+    Packed main_patch;
     std::optional<bool> finalizer;
-    nlohmann::json status_patch;
+    Packed status_patch;
     std::vector<WriteDone> done;
     bool is_event = false;
   };
