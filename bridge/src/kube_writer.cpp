@@ -10,7 +10,12 @@ using nlohmann::json;
 
 KubeWriter::KubeWriter(kube::Client& client, CacheLookup lookup, daemon::Metrics& metrics, std::size_t threads,
                        kube::WorkQueueOptions retry)
-    : client_(client), lookup_(std::move(lookup)), metrics_(metrics), queue_(retry) {
+    : client_(client), lookup_(std::move(lookup)), metrics_(metrics), queue_([&retry] {
+        // A Task's writes go before Robots' and Events: a dispatch or a
+        // report waits on them, a heartbeat time does not.
+        retry.urgent = [](const std::string& key) { return key.rfind(crd::kTasks.plural + "/", 0) == 0; };
+        return retry;
+      }()) {
   metrics_.declare("k8s4r_bridge_kube_writes_total", daemon::Metrics::Type::counter,
                    "Kubernetes API writes by verb and HTTP status code (0: no answer).");
   metrics_.declare("k8s4r_bridge_kube_writes_dropped_total", daemon::Metrics::Type::counter,

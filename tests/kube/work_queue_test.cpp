@@ -38,6 +38,26 @@ TEST(WorkQueue, AKeyAddedWhileHeldComesBackOnlyAfterDone) {
   EXPECT_EQ(queue.get(), "k");  // handed out again, so the newer data is written
 }
 
+TEST(WorkQueue, UrgentKeysGoFirstEachKindInItsOwnOrder) {
+  WorkQueueOptions options;
+  options.urgent = [](const std::string& key) { return key.rfind("tasks/", 0) == 0; };
+  WorkQueue queue(options);
+  for (const char* key : {"robots/r1", "robots/r2", "tasks/t1", "robots/r3", "tasks/t2"}) queue.add(key);
+  EXPECT_EQ(queue.metrics().depth, 5u);
+  std::vector<std::string> order;
+  for (int i = 0; i < 3; ++i) order.push_back(*queue.get());
+  EXPECT_EQ(order, (std::vector<std::string>{"tasks/t1", "tasks/t2", "robots/r1"}));
+  // An urgent key that comes back (re-added while held, or added again) goes first again.
+  queue.add("tasks/t1");
+  queue.done("tasks/t1");
+  queue.done("tasks/t2");
+  queue.add("tasks/t2");
+  EXPECT_EQ(queue.get(), "tasks/t1");
+  EXPECT_EQ(queue.get(), "tasks/t2");
+  EXPECT_EQ(queue.get(), "robots/r2");
+  EXPECT_EQ(queue.get(), "robots/r3");
+}
+
 TEST(WorkQueue, DelayedKeysComeOutInTimeOrderAndAnEarlierAddWins) {
   WorkQueue queue;
   queue.add_after("late", 60ms);

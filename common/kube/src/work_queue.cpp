@@ -20,7 +20,7 @@ void WorkQueue::enqueue_locked(const std::string& key, Clock::time_point now) {
     return;
   }
   if (queued_.insert(key).second) {
-    ready_.push_back(key);
+    (options_.urgent && options_.urgent(key) ? urgent_ : ready_).push_back(key);
     first_added_.emplace(key, now);
     ready_changed_.notify_one();
   }
@@ -109,9 +109,9 @@ std::optional<std::string> WorkQueue::get() {
     if (shutting_down_) return std::nullopt;
     const Clock::time_point now = Clock::now();
     promote_due_locked(now);
-    if (!ready_.empty()) {
-      std::string key = std::move(ready_.front());
-      ready_.pop_front();
+    if (auto& next = urgent_.empty() ? ready_ : urgent_; !next.empty()) {
+      std::string key = std::move(next.front());
+      next.pop_front();
       queued_.erase(key);
       processing_.insert(key);
       if (auto added = first_added_.find(key); added != first_added_.end()) {
@@ -151,7 +151,7 @@ bool WorkQueue::shutting_down() const {
 WorkQueueMetrics WorkQueue::metrics() const {
   std::lock_guard lock(mutex_);
   WorkQueueMetrics metrics = metrics_;
-  metrics.depth = ready_.size() + delayed_.size() + dirty_.size();
+  metrics.depth = urgent_.size() + ready_.size() + delayed_.size() + dirty_.size();
   metrics.in_progress = processing_.size();
   return metrics;
 }

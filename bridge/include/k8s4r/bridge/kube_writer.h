@@ -14,7 +14,8 @@
 // goes). A failed step keeps itself and the steps after it pending; a status
 // the server refuses for good does not hold up a release.
 //
-// Events are their own keys, created once each.
+// Events are their own keys, created once each. Task writes are handed out
+// before Robot writes and Events.
 //
 // Threading: every method may be called from any thread; `done` callbacks
 // run on a writer thread.
