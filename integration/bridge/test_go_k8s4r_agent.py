@@ -1,0 +1,71 @@
+"""Robots running the Go K8s4r v1alpha1 agent keep working through the bridge, habits and all (go_agent.py says
+which), judged with kubectl."""
+import pytest
+
+from bridge_support import bridge, create_task, digest, dispatch, get, sim, state_of, wait_state, wait_until  # noqa: F401
+from go_agent import GoK8s4rAgent
+
+GO_TOKEN = "legacy-token"
+
+
+@pytest.fixture
+def go_robot(broker, bridge, sim):
+    agent = GoK8s4rAgent(broker, "go-robot", GO_TOKEN).start()  # fails unless the registration was answered
+    yield agent
+    agent.stop()
+
+
+def test_a_go_agent_registers_and_heartbeats_and_its_robot_shows_it(sim, bridge, go_robot):
+    robot = wait_until(lambda: get(sim, "robot", "go-robot"), 10, "the Robot")
+    assert go_robot.responses[0]["success"] is True and go_robot.responses[0]["phase"] == "Pending"
+    status = robot["status"]
+    assert status["phase"] == "Pending" and status["tokenDigest"] == digest(GO_TOKEN)
+    assert status["deviceInfo"]["cpu"]["modelName"] == "Cortex-A72"
+    # It sends no presence: its heartbeats make it connected, and they are coalesced although every one of them
+    # carries new usage figures (the bridge's write interval is 3 s, a beat comes every second).
+    wait_until(lambda: get(sim, "robot", "go-robot")["status"].get("connected") is True, 10, "connected")
+    first = get(sim, "robot", "go-robot")["status"]["lastHeartbeatTime"]
+    wait_until(lambda: get(sim, "robot", "go-robot")["status"]["lastHeartbeatTime"] != first, 10,
+               "lastHeartbeatTime to move")
+    wait_until(lambda: bridge.metric("k8s4r_bridge_heartbeats_coalesced_total") >= 3, 10, "coalesced heartbeats")
+    assert bridge.metric("k8s4r_bridge_messages_refused_total") == 0, bridge.log_text()[-3000:]
+
+
+def test_a_go_agents_tasks_end_in_their_real_state_whatever_it_sends_after(sim, bridge, go_robot):
+    create_task(sim, "go-ok", "echo fine", robot="go-robot")
+    create_task(sim, "go-fails", "exit 3", robot="go-robot")
+    dispatch(sim, "go-ok")
+    dispatch(sim, "go-fails")
+    ok = wait_state(sim, "go-ok", "completed", timeout=30)  # from the 5 s monitor
+    failed = wait_state(sim, "go-fails", "failed", timeout=30)
+    assert ok["status"]["exitCode"] == 0 and failed["status"]["exitCode"] == 3
+    assert go_robot.process(ok["metadata"]["uid"]).returncode == 0
+    # After its final report the agent still sends a driver event with state running; with no seq to go by,
+    # the bridge must not move a finished Task back.
+    for task in (ok, failed):
+        uid = task["metadata"]["uid"]
+        wait_until(lambda: [r["state"] for r in go_robot.reports(uid)][-2:] == ["exited", "running"], 20,
+                   "the late driver event")
+    sent = sum(len(go_robot.reports(t["metadata"]["uid"])) for t in (ok, failed))
+    wait_until(lambda: bridge.metric("k8s4r_bridge_messages_total", topic="task_status") >= sent, 10,
+               "every report handled")
+    assert state_of(sim, "go-ok") == "completed" and state_of(sim, "go-fails") == "failed"
+    described = sim.kubectl("describe", "rtask", "go-fails").stdout
+    assert "Failed" in described, described
+    for name in ("go-ok", "go-fails"):
+        sim.kubectl("delete", "rtask", name, "--timeout=20s")
+
+
+def test_deleting_a_go_agents_running_task_kills_it_though_the_agent_never_confirms(sim, bridge, go_robot):
+    task = create_task(sim, "go-long", "sleep 120", robot="go-robot")
+    dispatch(sim, "go-long")
+    wait_state(sim, "go-long", "running", timeout=20)
+    process = go_robot.process(task["metadata"]["uid"])
+    assert process.poll() is None
+    # The Go agent reports nothing when it stops a task: the bridge sends delete three times, --dispatch-resend-after
+    # (2 s here) apart, and then lets the Task go.
+    sim.kubectl("delete", "rtask", "go-long", "--wait=false")
+    wait_until(lambda: process.poll() is not None, 10, "the task's process to be killed")
+    wait_until(lambda: get(sim, "rtask", "go-long") is None, 30, "the Task to go")
+    assert bridge.metric("k8s4r_bridge_dispatches_total", action="delete") >= 1
+    assert bridge.metric("k8s4r_bridge_dispatches_total", action="create") == 1
