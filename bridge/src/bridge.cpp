@@ -43,6 +43,9 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   metrics_.declare("k8s4r_bridge_heartbeats_coalesced_total", Type::counter,
                    "Heartbeats folded into a later write instead of written themselves.");
   metrics_.declare("k8s4r_bridge_mqtt_connected", Type::gauge, "1 while the bridge holds its MQTT session.");
+  metrics_.declare("k8s4r_bridge_inbox_depth", Type::gauge, "MQTT messages received and not yet handled.");
+  metrics_.declare("k8s4r_bridge_inbox_waits_total", Type::counter,
+                   "Times the MQTT client waited for the bridge to catch up (at most 8,192 messages wait).");
   metrics_.declare("k8s4r_bridge_mqtt_connection_losses_total", Type::counter, "MQTT connections lost or refused.");
   metrics_.declare("k8s4r_bridge_work_queue_depth", Type::gauge, "Objects with a write waiting.");
   metrics_.declare("k8s4r_bridge_work_queue_in_progress", Type::gauge, "Objects being written now.");
@@ -114,6 +117,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
       metrics_, config_.kube_writers);
 
   metrics_.add_collector([this](daemon::Metrics& m) {
+    m.set("k8s4r_bridge_inbox_depth", {}, static_cast<double>(inbox_.depth()));
+    m.set("k8s4r_bridge_inbox_waits_total", {}, static_cast<double>(inbox_.waits()));
     const auto queue = writer_->queue_metrics();
     m.set("k8s4r_bridge_work_queue_depth", {}, static_cast<double>(queue.depth));
     m.set("k8s4r_bridge_work_queue_in_progress", {}, static_cast<double>(queue.in_progress));
@@ -186,7 +191,11 @@ void Bridge::check_synced() {
                          [this](const std::string& cause) { loop_.post([this, cause] { on_disconnected(cause); }); },
                          [this](const std::string& cause) { loop_.post([this, cause] { on_disconnected(cause); }); },
                          [this](const std::string& topic, const std::string& payload) {
-                           loop_.post([this, topic, payload] { on_message(topic, payload); });
+                           inbox_.enter();  // Paho's thread waits here while the loop is behind
+                           loop_.post([this, topic, payload] {
+                             inbox_.leave();
+                             on_message(topic, payload);
+                           });
                          }});
     connect();
     return;
@@ -329,6 +338,7 @@ void Bridge::shutdown() {
   stopping_ = true;
   if (hooks_.notify) hooks_.notify("STOPPING=1");
   spdlog::info("shutting down");
+  inbox_.close();  // a callback waiting for room must not hold up the disconnect
   if (link_) link_->disconnect(std::chrono::milliseconds(2000));
   mqtt_connected_ = false;
   // Writes already taken finish; the rest is read back after a restart.

@@ -19,7 +19,8 @@
 // from memory.
 //
 // Threading: one thread, the EventLoop's, owns all state. MQTT callbacks and
-// informer events arrive on other threads and are posted to the loop.
+// informer events arrive on other threads and are posted to the loop; MQTT
+// messages through a bounded inbox (daemon/inbox.h).
 #pragma once
 
 #include "k8s4r/bridge/config.h"
@@ -29,6 +30,7 @@
 #include "k8s4r/common/messages.h"
 #include "k8s4r/common/topics.h"
 #include "k8s4r/daemon/event_loop.h"
+#include "k8s4r/daemon/inbox.h"
 #include "k8s4r/daemon/metrics.h"
 #include "k8s4r/kube/informer.h"
 #include "k8s4r/mqtt/link.h"
@@ -132,6 +134,9 @@ class Bridge {
   std::unique_ptr<KubeWriter> writer_;
   std::unique_ptr<mqtt::Link> link_;
 
+  // Messages between Paho's thread and the loop: at most this many wait, so
+  // a burst waits in the broker, not in the bridge's heap.
+  daemon::Inbox inbox_{8192};
   std::map<std::string, RobotMemory> robot_memory_;
   std::map<std::string, TaskMemory> task_memory_;  // by uid
   std::chrono::milliseconds reconnect_delay_{500};
