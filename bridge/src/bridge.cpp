@@ -152,6 +152,7 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
 }
 
 Bridge::~Bridge() {
+  inbox_.close();  // a callback waiting for room would hold up the link's teardown
   if (link_) link_.reset();
   if (writer_) writer_->stop();
   if (robots_) robots_->stop();
