@@ -75,6 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)crd::read_robot(object);
   (void)bridge::may_register(&object);
   (void)bridge::facts_of_robot(object);
+  (void)bridge::last_heartbeat_of(object);
   Register registration;
   registration.robot_id = "robot-1";
   registration.token = "t";

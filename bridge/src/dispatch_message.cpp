@@ -9,6 +9,12 @@ using nlohmann::json;
 
 namespace {
 
+// A top-level string of the Task, or `fallback` when it is absent or not a string.
+std::string text_or(const json& task, const char* key, std::string_view fallback) {
+  auto found = task.find(key);
+  return found != task.end() && found->is_string() ? found->get<std::string>() : std::string(fallback);
+}
+
 json identity(const json& task) {
   json metadata = json::object();
   if (!task.is_object() || !task.contains("metadata") || !task["metadata"].is_object()) return metadata;
@@ -25,8 +31,8 @@ Decision<std::string> dispatch_create_payload(const json& task) {
   if (view.target_robot.empty()) return Refusal{"InvalidTask", "spec.targetRobot is not set"};
   const json message = {{"action", "create"},
                         {"task",
-                         {{"apiVersion", task.value("apiVersion", std::string(crd::kApiVersion))},
-                          {"kind", task.value("kind", std::string("Task"))},
+                         {{"apiVersion", text_or(task, "apiVersion", crd::kApiVersion)},
+                          {"kind", text_or(task, "kind", "Task")},
                           {"metadata", identity(task)},
                           {"spec", task.contains("spec") ? task["spec"] : json::object()}}}};
   std::string payload = message.dump();

@@ -29,9 +29,8 @@ void Bridge::on_heartbeat(const Heartbeat& message) {
     // First sight since this bridge started (or since the robot
     // registered): what the Robot holds, and how old its heartbeat is.
     memory.written = facts_of_robot(*robot);
-    const auto& status = (*robot)["status"];
-    if (auto last = parse_rfc3339(status.is_object() ? status.value("lastHeartbeatTime", "") : "")) {
-      const auto age = std::chrono::duration_cast<std::chrono::steady_clock::duration>(now() - last.value());
+    if (auto last = last_heartbeat_of(*robot)) {
+      const auto age = std::chrono::duration_cast<std::chrono::steady_clock::duration>(now() - *last);
       if (age >= std::chrono::steady_clock::duration::zero() && age < interval) {
         memory.wrote = true;
         memory.last_write = steady_now - age;

@@ -104,6 +104,14 @@ HeartbeatFacts facts_of(const Heartbeat& message) {
   return facts;
 }
 
+std::optional<Timestamp> last_heartbeat_of(const json& robot) {
+  const json& last = field(robot, "status", "lastHeartbeatTime");
+  if (!last.is_string()) return std::nullopt;
+  auto parsed = parse_rfc3339(last.get<std::string>());
+  if (!parsed) return std::nullopt;
+  return parsed.value();
+}
+
 HeartbeatFacts facts_of_robot(const json& robot) {
   HeartbeatFacts facts;
   if (const json& running = field(robot, "status", "runningTasks"); running.is_array()) {

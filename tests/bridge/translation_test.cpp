@@ -293,4 +293,22 @@ TEST(CachedFields, ACachedRobotKeepsWhatRegisterHeartbeatAndPresenceReadAndLittl
   EXPECT_NE(facts_of(upgraded), facts_of_robot(cached));
 }
 
+TEST(RobotPatches, OddRobotsAndTasksFromTheApiAreReadWithoutThrowing) {
+  // Found by fuzz_bridge_translations: fields of the wrong type, and a Robot just created, with no status yet.
+  EXPECT_FALSE(last_heartbeat_of(json::parse(R"({"metadata":{"name":"r"}})")));
+  EXPECT_FALSE(last_heartbeat_of(json::parse(R"({"status":{"lastHeartbeatTime":5}})")));
+  EXPECT_EQ(last_heartbeat_of(json::parse(R"({"status":{"lastHeartbeatTime":"2026-11-23T10:00:00Z"}})")), kNow);
+  const json odd_conditions = json::parse(R"({"status":{"conditions":[{"type":5,"status":{}},"x",
+      {"type":"Connected","status":true}]}})");
+  const json patch = presence_status_patch(Presence{"r", true, kNow}, odd_conditions, kNow);
+  ASSERT_EQ(patch["status"]["conditions"].size(), 2u) << "an entry that is no object is dropped: " << patch.dump();
+  EXPECT_EQ(patch["status"]["conditions"][1]["status"], "True");
+  json task = task_on("robot-001", "dispatching");
+  task["apiVersion"] = json::object();
+  task["kind"] = 7;
+  auto payload = dispatch_create_payload(task);
+  ASSERT_TRUE(payload) << payload.error().message;
+  EXPECT_EQ(json::parse(payload.value())["task"]["apiVersion"], "robot.k8s4r.io/v1alpha1");
+}
+
 }  // namespace k8s4r::bridge

@@ -119,13 +119,13 @@ json set_condition(const json& object, const Condition& condition, Timestamp now
   if (const json* existing = at(object, {"status", "conditions"}); existing && existing->is_array()) {
     for (const json& entry : *existing) {
       if (!entry.is_object()) continue;
-      if (entry.value("type", "") != condition.type) {
+      if (string_at(entry, {"type"}) != condition.type) {
         conditions.push_back(entry);
         continue;
       }
       found = true;
       json updated = entry;
-      if (entry.value("status", "") != condition.status || !entry.contains("lastTransitionTime"))
+      if (string_at(entry, {"status"}) != condition.status || !entry.contains("lastTransitionTime"))
         updated["lastTransitionTime"] = format_rfc3339(now);
       updated["status"] = condition.status;
       updated["reason"] = condition.reason;

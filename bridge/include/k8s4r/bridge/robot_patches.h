@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,10 @@ HeartbeatFacts facts_of(const Heartbeat& message);
 // From a Robot as the API holds it, or as the bridge caches it (where
 // status.deviceInfo is already its capacity_text).
 HeartbeatFacts facts_of_robot(const nlohmann::json& robot);
+
+// status.lastHeartbeatTime; none when absent or not a time (a Robot just
+// created has no status until its first status write lands).
+std::optional<Timestamp> last_heartbeat_of(const nlohmann::json& robot);
 
 // The device facts a scheduler and an operator act on (hostname, platform,
 // cores, CPU model, memory total; not usage, uptime or timestamps) as
