@@ -23,11 +23,16 @@ void EventLoop::wake() {
 }
 
 void EventLoop::post(std::function<void()> work) {
+  bool was_empty = false;
   {
     std::lock_guard lock(mutex_);
+    was_empty = posted_.empty();
     posted_.push_back(std::move(work));
   }
-  wake();
+  // Work already waiting was announced by the post that queued it, and the
+  // loop looks at the queue before it sleeps: one wake per batch, not per
+  // message (at 10,000 messages a second, a write and a wake-up each).
+  if (was_empty) wake();
 }
 
 void EventLoop::stop() {
