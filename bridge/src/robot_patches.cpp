@@ -80,11 +80,10 @@ json register_spec_patch(const Register& message, const json& robot) {
 }
 
 json register_status_patch(const Register& message, const json* robot, Timestamp now) {
-  const json wire = to_json_value(message);
   json status = {{"lastHeartbeatTime", format_rfc3339(now)}, {"connected", true}};
   if (!robot || !crd::read_robot(*robot).phase) status["phase"] = crd::to_string(crd::RobotPhase::pending);
   if (!message.agent_version.empty()) status["agentVersion"] = message.agent_version;
-  if (wire.contains("deviceInfo")) status["deviceInfo"] = wire["deviceInfo"];
+  if (message.device_info) status["deviceInfo"] = to_json_value(*message.device_info);
   if (!message.token.empty()) status["tokenDigest"] = crd::token_digest(message.token);
   std::vector<std::string> running;
   for (const RunningTask& task : message.running_tasks) {
@@ -99,7 +98,7 @@ HeartbeatFacts facts_of(const Heartbeat& message) {
   HeartbeatFacts facts;
   facts.running_tasks = message.running_tasks;
   std::sort(facts.running_tasks.begin(), facts.running_tasks.end());
-  if (message.device_info) facts.capacity = capacity_text(to_json_value(message)["deviceInfo"]);
+  if (message.device_info) facts.capacity = capacity_text(to_json_value(*message.device_info));
   facts.connected = true;
   return facts;
 }
@@ -127,9 +126,8 @@ HeartbeatFacts facts_of_robot(const json& robot) {
 }
 
 json heartbeat_status_patch(const Heartbeat& message, const json& robot, Timestamp now) {
-  const json wire = to_json_value(message);
   json status = {{"lastHeartbeatTime", format_rfc3339(now)}, {"runningTasks", running_uids(message.running_tasks)}};
-  if (wire.contains("deviceInfo")) status["deviceInfo"] = wire["deviceInfo"];
+  if (message.device_info) status["deviceInfo"] = to_json_value(*message.device_info);
   if (!says_connected(&robot)) {
     status["connected"] = true;
     status["conditions"] = crd::set_condition(robot, connected_condition(true), now);

@@ -406,6 +406,8 @@ std::string dump(const json& value) { return value.dump(-1, ' ', false, json::er
 
 }  // namespace
 
+json to_json_value(const DeviceInfo& info) { return device_info_json(info); }
+
 json to_json_value(const Register& message) {
   json j = {{"robotId", message.robot_id}};
   put_string(j, "token", message.token);

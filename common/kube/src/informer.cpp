@@ -371,20 +371,21 @@ void Informer::publish(const Delta& delta) {
 }
 
 void Informer::upsert(ObjectPtr object) {
-  std::lock_guard lock(mutex_);
   const std::string key = key_of(*object);
-  if (const std::string version = version_of(*object); !version.empty()) resource_version_ = version;
+  Entry entry = entry_of(object);  // packed before the lock, which every read takes
+  std::lock_guard lock(mutex_);
+  if (!entry.version.empty()) resource_version_ = entry.version;
   auto it = objects_.find(key);
   if (it == objects_.end()) {
-    objects_.emplace(key, entry_of(object));
+    objects_.emplace(key, std::move(entry));
     index(key, object, true);
     publish({Kind::added, nullptr, object});
     return;
   }
-  if (it->second.version == version_of(*object)) return;  // seen already
+  if (it->second.version == entry.version) return;  // seen already
   ObjectPtr old_object = object_of(it->second);
   index(key, old_object, false);
-  it->second = entry_of(object);
+  it->second = std::move(entry);
   index(key, object, true);
   publish({Kind::updated, old_object, object});
 }

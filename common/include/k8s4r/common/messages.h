@@ -236,6 +236,8 @@ std::string encode(const Presence& message);
 // The same as encode, as a JSON value (to embed or compare).
 nlohmann::json to_json_value(const Register& message);
 nlohmann::json to_json_value(const Heartbeat& message);
+// The deviceInfo object of a Register or Heartbeat, as to_json_value writes it there.
+nlohmann::json to_json_value(const DeviceInfo& info);
 nlohmann::json to_json_value(const RegisterResponse& message);
 nlohmann::json to_json_value(const Dispatch& message);
 nlohmann::json to_json_value(const TaskStatus& message);
