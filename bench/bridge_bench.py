@@ -30,10 +30,12 @@ never completed or never ran, a GET or LIST per message); the timing goals are
 reported, never asserted.
 """
 import argparse
+import datetime
 import http.client
 import json
 import os
 import pathlib
+import re
 import resource
 import ssl
 import statistics
@@ -70,8 +72,6 @@ def percentile(values, share):
 def log_times(text, pattern):
     """{key: epoch ns} of the lines of a daemon's log (its "%Y-%m-%dT%H:%M:%S.%e" local-time prefix) that match
     `pattern`, a regular expression whose one group is the key; the first line per key."""
-    import datetime
-    import re
     found = {}
     for line in text.splitlines():
         match = re.search(pattern, line)
@@ -374,8 +374,9 @@ class Bench:
         # shell printing the clock.
         uid_of = {n: items[n]["metadata"]["uid"] for n in names}
         published = log_times(self.bridge.log_text(), r"dispatching task (\S+) ")
-        accepted = log_times(agent.log_text(), r"task (\S+) \(\S+\): accepted")
-        started = log_times(agent.log_text(), r"task (\S+): started pid")
+        agent_log = agent.log_text()
+        accepted = log_times(agent_log, r"task (\S+) \(\S+\): accepted")
+        started = log_times(agent_log, r"task (\S+): started pid")
         child = {n: int(items[n]["status"]["logs"].split()[0]) for n in names}
         stages = {"patch_to_bridge_publish": [published[n] - patched[n] for n in names if n in published],
                   "bridge_publish_to_agent_accept": [accepted[uid_of[n]] - published[n] for n in names

@@ -8,14 +8,20 @@ namespace k8s4r::bridge {
 
 using nlohmann::json;
 
+namespace {
+
+// A Task's writes go before Robots' and Events: a dispatch or a report waits
+// on them, a heartbeat time does not.
+kube::WorkQueueOptions task_writes_first(kube::WorkQueueOptions options) {
+  options.urgent = [prefix = crd::kTasks.plural + "/"](const std::string& key) { return key.starts_with(prefix); };
+  return options;
+}
+
+}  // namespace
+
 KubeWriter::KubeWriter(kube::Client& client, CacheLookup lookup, daemon::Metrics& metrics, std::size_t threads,
                        kube::WorkQueueOptions retry)
-    : client_(client), lookup_(std::move(lookup)), metrics_(metrics), queue_([&retry] {
-        // A Task's writes go before Robots' and Events: a dispatch or a
-        // report waits on them, a heartbeat time does not.
-        retry.urgent = [](const std::string& key) { return key.rfind(crd::kTasks.plural + "/", 0) == 0; };
-        return retry;
-      }()) {
+    : client_(client), lookup_(std::move(lookup)), metrics_(metrics), queue_(task_writes_first(std::move(retry))) {
   metrics_.declare("k8s4r_bridge_kube_writes_total", daemon::Metrics::Type::counter,
                    "Kubernetes API writes by verb and HTTP status code (0: no answer).");
   metrics_.declare("k8s4r_bridge_kube_writes_dropped_total", daemon::Metrics::Type::counter,
@@ -33,9 +39,9 @@ void KubeWriter::stop() {
 }
 
 void KubeWriter::merge(Pending& older, Pending newer) {
-  const auto compose = [](Packed& first, Packed&& then) {
+  const auto compose = [](PackedJson& first, PackedJson&& then) {
     if (then.empty()) return;
-    first = first.empty() ? std::move(then) : Packed(crd::compose_merge_patches(first.get(), then.get()));
+    first = first.empty() ? std::move(then) : PackedJson(crd::compose_merge_patches(first.get(), then.get()));
   };
   if (!newer.create.empty()) older.create = std::move(newer.create);
   compose(older.main_patch, std::move(newer.main_patch));
@@ -46,10 +52,10 @@ void KubeWriter::merge(Pending& older, Pending newer) {
 
 void KubeWriter::write(const ObjectRef& object, WriteRequest request) {
   Pending pending{object,
-                  Packed(request.create.value_or(nullptr)),
-                  Packed(request.main_patch),
+                  request.create ? PackedJson(*request.create) : PackedJson(),
+                  PackedJson(request.main_patch),
                   request.finalizer,
-                  Packed(request.status_patch),
+                  PackedJson(request.status_patch),
                   {},
                   false};
   if (request.done) pending.done.push_back(std::move(request.done));
@@ -68,7 +74,7 @@ void KubeWriter::write(const ObjectRef& object, WriteRequest request) {
 
 void KubeWriter::create_event(const json& event) {
   ObjectRef ref{crd::kEvents, event["metadata"].value("namespace", ""), event["metadata"].value("name", "")};
-  Pending pending{ref, Packed(event), {}, std::nullopt, {}, {}, true};
+  Pending pending{ref, PackedJson(event), {}, std::nullopt, {}, {}, true};
   const std::string key = "event:" + ref.key();
   {
     std::lock_guard lock(mutex_);

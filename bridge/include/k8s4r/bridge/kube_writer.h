@@ -78,13 +78,12 @@ class KubeWriter {
   // Documents wait packed: a reconnect storm leaves a pending write for each
   // of 10,000 robots, and parsed JSON, most of which glibc keeps afterwards,
   // took 50 MiB of them.
-  using Packed = PackedJson;
   struct Pending {
     ObjectRef object;
-    Packed create;
-    Packed main_patch;
+    PackedJson create;
+    PackedJson main_patch;
     std::optional<bool> finalizer;
-    Packed status_patch;
+    PackedJson status_patch;
     std::vector<WriteDone> done;
     bool is_event = false;
   };
