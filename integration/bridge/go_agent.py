@@ -54,7 +54,9 @@ class GoK8s4rAgent:
         self.heartbeat_every, self.monitor_every = heartbeat_every, monitor_every
         self.lock = threading.Lock()
         self.tasks = {}  # uid -> Popen, while the agent holds the task
-        self.started = {}  # uid -> Popen, every task it ever started
+        self.started = {}  # uid -> Popen, the last process started for each task
+        self.start_counts = {}  # uid -> how many times it was started
+        self.processes = []  # every process it started, each killed by stop()
         self.sent = []  # (uid, report) in the order sent
         self.responses = []
         self.response = threading.Event()
@@ -92,7 +94,7 @@ class GoK8s4rAgent:
         for thread in self.threads:
             thread.join(10)
         with self.lock:
-            processes = list(self.started.values())
+            processes = list(self.processes)
         for process in processes:
             self._kill(process)
         self.client.loop_stop()
@@ -101,6 +103,10 @@ class GoK8s4rAgent:
     def reports(self, uid):
         with self.lock:
             return [report for sent_uid, report in self.sent if sent_uid == uid]
+
+    def starts(self, uid):
+        with self.lock:
+            return self.start_counts.get(uid, 0)
 
     def process(self, uid):
         with self.lock:
@@ -151,14 +157,16 @@ class GoK8s4rAgent:
                 self._kill(process)  # and no report: the Go agent sends none
             return
         with self.lock:
-            if uid in self.tasks or uid in self.started:
-                return  # "task already exists"
+            if uid in self.tasks:
+                return  # "task already exists": only while it holds the task; a finished one would run again
         execution = task["spec"]["config"]["execConfig"]
         process = subprocess.Popen([execution["command"], *execution.get("args", [])], start_new_session=True,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with self.lock:
             self.tasks[uid] = process
             self.started[uid] = process
+            self.start_counts[uid] = self.start_counts.get(uid, 0) + 1
+            self.processes.append(process)
         self._report(uid, "running", "task started", "Started")
         threading.Thread(target=self._driver_events_after_exit, args=(uid, process), daemon=True).start()
 

@@ -50,6 +50,8 @@ def test_a_go_agents_tasks_end_in_their_real_state_whatever_it_sends_after(sim, 
     wait_until(lambda: bridge.metric("k8s4r_bridge_messages_total", topic="task_status") >= sent, 10,
                "every report handled")
     assert state_of(sim, "go-ok") == "completed" and state_of(sim, "go-fails") == "failed"
+    # The Go agent runs a task again if it is dispatched again after it ended: the bridge never does that.
+    assert [go_robot.starts(t["metadata"]["uid"]) for t in (ok, failed)] == [1, 1]
     described = sim.kubectl("describe", "rtask", "go-fails").stdout
     assert "Failed" in described, described
     for name in ("go-ok", "go-fails"):
@@ -69,3 +71,4 @@ def test_deleting_a_go_agents_running_task_kills_it_though_the_agent_never_confi
     wait_until(lambda: get(sim, "rtask", "go-long") is None, 30, "the Task to go")
     assert bridge.metric("k8s4r_bridge_dispatches_total", action="delete") >= 1
     assert bridge.metric("k8s4r_bridge_dispatches_total", action="create") == 1
+    assert go_robot.starts(task["metadata"]["uid"]) == 1
