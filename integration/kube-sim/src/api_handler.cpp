@@ -1,4 +1,5 @@
 #include "api_handler.h"
+#include "k8s4r/common/json_depth.h"
 
 #include "k8s4r/kube_sim/discovery.h"
 
@@ -330,7 +331,7 @@ std::variant<json, ApiResponse> ApiHandler::parse_body(const HttpRequest& reques
         "the body of the request was in an unknown format - accepted media types include: application/json, "
         "application/yaml, application/vnd.kubernetes.protobuf");
   }
-  if (json_nesting_exceeds(request.body, kMaxJsonDepth))
+  if (json_nested_deeper_than(request.body, kMaxJsonDepth))
     return bad_request("the object provided is unrecognized: json: exceeded max depth of " +
                        std::to_string(kMaxJsonDepth));
   json body = json::parse(request.body, nullptr, false);

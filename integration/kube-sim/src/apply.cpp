@@ -4,6 +4,7 @@
 // (201), refuses with 409 and the conflicting fields unless forced, and
 // otherwise goes through the same update path (validation, admission,
 // no-op detection) as a PUT.
+#include "k8s4r/common/json_depth.h"
 #include "k8s4r/kube_sim/store.h"
 
 #include "managed_fields.h"
@@ -77,7 +78,8 @@ json yaml_to_json(const YAML::Node& node, std::vector<YAML::Node>& path, std::si
 
 // The body of an apply: JSON (what kubectl and client-go send) or YAML.
 std::variant<json, std::string> parse_apply_body(const std::string& text) {
-  if (json_nesting_exceeds(text, kMaxJsonDepth)) return "json: exceeded max depth of " + std::to_string(kMaxJsonDepth);
+  if (json_nested_deeper_than(text, kMaxJsonDepth))
+    return "json: exceeded max depth of " + std::to_string(kMaxJsonDepth);
   json body = json::parse(text, nullptr, false);
   if (!body.is_discarded()) return body;
   try {
@@ -130,7 +132,7 @@ constexpr const char* kLastApplied = "kubectl.kubernetes.io/last-applied-configu
 std::vector<FieldConflict> not_last_applied(const json& live, const std::vector<FieldConflict>& conflicts) {
   const json& annotations = object_at(metadata_of(live), "annotations");
   const std::string recorded = string_at(annotations, kLastApplied);
-  if (recorded.empty() || json_nesting_exceeds(recorded, kMaxJsonDepth)) return conflicts;
+  if (recorded.empty() || json_nested_deeper_than(recorded, kMaxJsonDepth)) return conflicts;
   const json last_applied = json::parse(recorded, nullptr, false);
   if (last_applied.is_discarded()) return conflicts;
   std::vector<FieldConflict> left;

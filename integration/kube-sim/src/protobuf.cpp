@@ -1,4 +1,5 @@
 #include "k8s4r/kube_sim/protobuf.h"
+#include "k8s4r/common/json_depth.h"
 
 #include "store_util.h"
 
@@ -347,7 +348,7 @@ std::optional<json> decode_value(const WireField& wire, const Field& field, int 
       for (const WireField& raw : inner) {
         if (raw.number == 1 && raw.wire_type == 2) {
           // Nested as deep as the JSON bodies may be, no deeper.
-          if (json_nesting_exceeds(raw.bytes, kMaxJsonDepth)) return std::nullopt;
+          if (json_nested_deeper_than(raw.bytes, kMaxJsonDepth)) return std::nullopt;
           json parsed = json::parse(raw.bytes, nullptr, false);
           if (parsed.is_discarded()) return std::nullopt;
           return parsed;

@@ -83,29 +83,6 @@ bool holds_namespace_open(const json& object) {
   return spec.contains("finalizers") && spec["finalizers"].is_array() && !spec["finalizers"].empty();
 }
 
-bool json_nesting_exceeds(std::string_view text, std::size_t limit) {
-  std::size_t depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limit) return true;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return false;
-}
-
 std::optional<std::uint64_t> parse_version(const std::string& text) {
   if (text.empty() || text.size() > 19) return std::nullopt;
   std::uint64_t value = 0;

@@ -45,9 +45,6 @@ inline bool is_crd(const ResourceType& type) {
 // nlohmann::json copies, compares and dumps recursively, so deeper ones would
 // overflow the stack.
 constexpr std::size_t kMaxJsonDepth = 10000;
-// Whether `text` nests arrays and objects deeper than `limit` (brackets in
-// strings do not count). One pass, no allocation.
-bool json_nesting_exceeds(std::string_view text, std::size_t limit);
 
 // The non-empty segments of a URL path: "/api/v1/x" -> {"api", "v1", "x"}.
 std::vector<std::string> split_path(std::string_view path);

@@ -1,6 +1,7 @@
 // PUT and PATCH (merge, JSON, strategic on built-ins): optimistic
 // concurrency on resourceVersion, the fields a client cannot change, the
 // status subresource split, generation, and no-op detection.
+#include "k8s4r/common/json_depth.h"
 #include "k8s4r/kube_sim/store.h"
 
 #include "conversion.h"
@@ -227,7 +228,7 @@ ApiResponse Store::patch(const Target& target, const std::string& name, PatchTyp
         "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, "
         "application/merge-patch+json, application/apply-patch+yaml");
   }
-  if (json_nesting_exceeds(patch, kMaxJsonDepth))
+  if (json_nested_deeper_than(patch, kMaxJsonDepth))
     return bad_request("error decoding patch: json: exceeded max depth of " + std::to_string(kMaxJsonDepth));
   json document = json::parse(patch, nullptr, false);
   if (document.is_discarded()) return bad_request("error decoding patch: invalid JSON");
