@@ -83,6 +83,9 @@ class Run:
         self.client = mqtt.Client()
         self.client.on_message = self._on_message
         self.client.connect("127.0.0.1", self.port)
+        # The bridge sets TCP_NODELAY; paho-python 1.6 does not, and with Nagle a dispatch
+        # published just after a PUBACK waits for the broker's delayed ACK (40 ms).
+        self.client.socket().setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client.subscribe(f"k8s4r/robots/{ROBOT}/#", qos=1)
         self.client.loop_start()
         self.work = self.workdir / "work"

@@ -245,6 +245,7 @@ class Observer:
         import threading
         import paho.mqtt.client as mqtt
         self.messages = []  # (topic, payload bytes, retain)
+        self.arrivals = []  # (topic, time.monotonic() on arrival), in step with messages
         self.lock = threading.Lock()
         self.connected = threading.Event()
         self.client = mqtt.Client(client_id=client_id, clean_session=True)
@@ -258,6 +259,7 @@ class Observer:
         def on_message(client, userdata, message):
             with self.lock:
                 self.messages.append((message.topic, message.payload, bool(message.retain)))
+                self.arrivals.append((message.topic, time.monotonic()))
 
         self.client.on_connect = on_connect
         self.client.on_message = on_message
@@ -278,6 +280,10 @@ class Observer:
     def on(self, topic):
         with self.lock:
             return [payload for t, payload, _ in self.messages if t == topic]
+
+    def arrival_times(self, topic):
+        with self.lock:
+            return [when for t, when in self.arrivals if t == topic]
 
     def json_on(self, topic):
         return [json.loads(payload) for payload in self.on(topic)]

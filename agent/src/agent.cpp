@@ -38,6 +38,10 @@ constexpr auto kFlushTimeout = 5s;
 // Finished tasks are remembered so a late duplicate dispatch is answered with
 // the task's final state instead of running it again.
 constexpr std::size_t kFinishedTasksKept = 256;
+// Acknowledgements wait this long for company before they are committed.
+constexpr auto kLazyCommitDelay = 200ms;
+// While storage fails, commits are tried again this often.
+constexpr auto kStorageRetry = 5s;
 
 Timestamp now_utc() { return std::chrono::time_point_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now()); }
 
@@ -91,12 +95,9 @@ Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link,
   std::error_code error;
   fs::create_directories(fs::path(config_.work_dir) / "tasks", error);
   if (error) throw std::runtime_error("work dir " + config_.work_dir + ": " + error.message());
-  auto journal = Journal::open((fs::path(config_.work_dir) / "journal.json").string());
-  if (!journal) throw std::runtime_error(journal.error().message);
-  journal_ = std::make_unique<Journal>(std::move(journal).value());
-  auto queue = ReportQueue::open((fs::path(config_.work_dir) / "reports").string(), config_.max_queued_reports);
-  if (!queue) throw std::runtime_error(queue.error().message);
-  queue_ = std::make_unique<ReportQueue>(std::move(queue).value());
+  auto store = StateStore::open(config_.work_dir, config_.max_queued_reports);
+  if (!store) throw std::runtime_error(store.error().message);
+  store_ = std::make_unique<StateStore>(std::move(store).value());
   artifacts_ = std::make_unique<ArtifactWorker>();
   monitor_ = std::make_unique<Monitor>(
       MonitorCallbacks{[this](const TaskExit& exit) { loop_.post([this, exit] { on_exit(exit); }); },
@@ -147,7 +148,7 @@ void Agent::start() {
   kill_orphans();
   if (hooks_.watchdog_interval) feed_watchdog();
   spdlog::info("agent {} for robot {}: {} task(s) from the journal, {} report(s) queued", K8S4R_VERSION,
-               config_.robot_id, tasks_.size(), queue_->size());
+               config_.robot_id, tasks_.size(), store_->queued_reports());
   connect();
 }
 
@@ -397,8 +398,17 @@ void Agent::create_task(const Dispatch& dispatch) {
   if (task.run_as && chown(task_dir(uid).c_str(), task.run_as->uid, task.run_as->gid) != 0) {
     return refuse("StartFailed", "cannot give the task directory to " + task.spec.user);
   }
-  save(task);
+  // Nothing starts before the agent's memory of it is durable: a restart
+  // must know the task, or a dispatch sent again would run it twice.
+  store_->accept(uid, task.dispatch);
+  task.phase = Phase::accepted;
+  awaiting_commit_.push_back(uid);
+  request_commit();
   spdlog::info("task {} ({}): accepted", uid, task.name);
+}
+
+void Agent::begin(Task& task) {
+  const std::string uid = task.uid;
   if (task.spec.artifacts.empty()) return start_process(task);
   task.phase = Phase::fetching;
   artifacts_->fetch(task.spec.artifacts, task_dir(uid), [this, uid](Result<void> outcome) {
@@ -467,6 +477,7 @@ void Agent::start_process(Task& task) {
   task.phase = Phase::running;
   task.pid = pid.value();
   task.process_start = process_start_time(task.pid).value_or(0);
+  store_->set_process(task.uid, task.pid, task.process_start);
   task.started_at = now_utc();
   spdlog::info("task {}: started pid {}", task.uid, task.pid);
   TaskStatus status;
@@ -485,8 +496,9 @@ void Agent::stop(Task& task, StopReason reason) {
       if (!task.stop_requested) task.stop_requested = reason;
       monitor_->stop_task(task.uid, reason);
       break;
+    case Phase::accepted:
     case Phase::fetching:
-      // The download runs on; its result is ignored, and nothing starts.
+      // A download runs on; its result is ignored, and nothing starts.
       finish(task, failure(to_string(reason), "Stopped", "stopped before it started"));
       break;
     case Phase::waiting_restart: {
@@ -548,6 +560,7 @@ void Agent::on_exit(const TaskExit& exit) {
       status.state = TaskRunState::running;
       status.event = "Restarting";
       task.phase = Phase::waiting_restart;
+      store_->set_process(task.uid, 0, 0);
       report(task, status);
       const std::string uid = task.uid;
       task.restart_timer = loop_.after(decision.delay, [this, uid] {
@@ -568,6 +581,7 @@ void Agent::finish(Task& task, TaskStatus status) {
   task.phase = Phase::finished;
   task.finished_order = ++last_finished_order_;
   task.pid = 0;
+  store_->finish(task.uid, task.finished_order);
   report(task, std::move(status));
   prune_finished();
   if (shutting_down_) check_shutdown_progress();
@@ -575,17 +589,59 @@ void Agent::finish(Task& task, TaskStatus status) {
 
 // ---- reports -------------------------------------------------------------------
 
-void Agent::save(const Task& task) {
-  JournalEntry entry;
-  entry.task_uid = task.uid;
-  entry.pid = task.pid;
-  entry.process_start = task.process_start;
-  entry.last_seq = task.last_seq;
-  entry.finished_order = task.finished_order;
-  // A finished task needs only its last report to answer a duplicate.
-  if (task.phase != Phase::finished) entry.dispatch = task.dispatch;
-  if (task.last_report) entry.last_report = to_json_value(*task.last_report);
-  if (auto saved = journal_->put(entry); !saved) spdlog::error("task {}: {}", task.uid, saved.error().message);
+void Agent::request_commit(bool urgent) {
+  if (commit_posted_) return;
+  if (!urgent) {
+    if (lazy_commit_timer_ == 0) {
+      lazy_commit_timer_ = loop_.after(kLazyCommitDelay, [this] {
+        lazy_commit_timer_ = 0;
+        commit();
+      });
+    }
+    return;
+  }
+  // Posted, so it runs after the work already waiting: every message of this
+  // batch joins the same commit.
+  commit_posted_ = true;
+  loop_.post([this] { commit(); });
+}
+
+void Agent::commit() {
+  commit_posted_ = false;
+  loop_.cancel(lazy_commit_timer_);
+  lazy_commit_timer_ = 0;
+  auto committed = store_->commit();
+  if (!committed) {
+    if (!storage_failure_) {
+      spdlog::error(
+          "{}; no new task starts and reports go out from memory until it can be written (retrying every "
+          "{}s)",
+          committed.error().message, std::chrono::duration_cast<std::chrono::seconds>(kStorageRetry).count());
+    }
+    storage_failure_ = committed.error().message;
+    lazy_commit_timer_ = loop_.after(kStorageRetry, [this] {
+      lazy_commit_timer_ = 0;
+      commit();
+    });
+  } else if (storage_failure_) {
+    spdlog::info("the work dir is writable again; everything held in memory is stored");
+    storage_failure_.reset();
+  }
+  const auto waiting = std::move(awaiting_commit_);
+  awaiting_commit_.clear();
+  for (const std::string& uid : waiting) {
+    auto found = tasks_.find(uid);
+    if (found == tasks_.end() || found->second.phase != Phase::accepted) continue;
+    if (committed) {
+      begin(found->second);
+      continue;
+    }
+    const std::string reason = store_->out_of_space() ? "StorageFull" : "StorageError";
+    spdlog::warn("task {}: not started: {}", uid, committed.error().message);
+    finish(found->second, failure(reason, "Refused",
+                                  "not started: the agent cannot store its state (" + committed.error().message + ")"));
+  }
+  drain();
 }
 
 void Agent::report(Task& task, TaskStatus status) {
@@ -598,19 +654,22 @@ void Agent::report(Task& task, TaskStatus status) {
   status.seq = ++task.last_seq;
   if (!status.started_at) status.started_at = task.started_at;
   task.last_report = status;
-  save(task);
-  auto queued = queue_->push(topics::task_status(config_.robot_id, task.uid).value(), encode(status));
+  auto queued =
+      store_->report(task.uid, *status.seq, topics::task_status(config_.robot_id, task.uid).value(), encode(status));
   if (!queued) {
     spdlog::error("task {}: status seq {} ({}) NOT queued: {}", task.uid, *status.seq, to_string(status.state),
                   queued.error().message);
   }
-  drain();
+  // Published once the commit holds it (seq must grow across restarts).
+  request_commit();
 }
 
 void Agent::drain() {
   if (!connected_) return;
   const std::uint64_t generation = generation_;
-  for (const QueuedReport& queued : queue_->oldest(kMaxInFlightReports)) {
+  // While storage fails, reports not yet stored go out too: the broker is then
+  // the only place they can be kept.
+  for (const QueuedReport& queued : store_->oldest(kMaxInFlightReports, storage_failure_.has_value())) {
     if (in_flight_.count(queued.id)) continue;
     in_flight_.insert(queued.id);
     const std::uint64_t id = queued.id;
@@ -621,7 +680,8 @@ void Agent::drain() {
         if (generation != generation_) return;  // a newer connection publishes it again
         in_flight_.erase(id);
         if (ok) {
-          if (auto done = queue_->acknowledge(id); !done) spdlog::error("{}", done.error().message);
+          store_->acknowledge(id);
+          request_commit(false);
           if (shutting_down_) check_shutdown_progress();
           drain();
           return;
@@ -650,7 +710,7 @@ void Agent::prune_finished() {
   for (std::size_t i = 0; i + kFinishedTasksKept < finished.size(); ++i) {
     const std::string& uid = finished[i].second;
     tasks_.erase(uid);
-    static_cast<void>(journal_->remove(uid));
+    store_->forget(uid);
     std::error_code error;
     fs::remove_all(task_dir(uid), error);
   }
@@ -659,8 +719,8 @@ void Agent::prune_finished() {
 // ---- restart of the agent -------------------------------------------------------
 
 void Agent::restore() {
-  // A copy: finishing a task below rewrites the journal.
-  const auto entries = journal_->entries();
+  // A copy: finishing a task below changes the store.
+  const auto entries = store_->tasks();
   for (const auto& [uid, entry] : entries) {
     Task& task = tasks_[uid];
     task.uid = uid;
@@ -668,8 +728,8 @@ void Agent::restore() {
     task.dispatch = entry.dispatch;
     task.finished_order = entry.finished_order;
     last_finished_order_ = std::max(last_finished_order_, entry.finished_order);
-    if (!entry.last_report.is_null()) {
-      if (auto last = parse_task_status(entry.last_report.dump()); last) {
+    if (!entry.last_report.empty()) {
+      if (auto last = parse_task_status(entry.last_report); last) {
         task.last_report = last.value();
         task.started_at = last.value().started_at;
         task.earlier_restarts = last.value().restart_count;
@@ -777,15 +837,18 @@ void Agent::check_shutdown_progress() {
     flush_deadline_ = daemon::EventLoop::Clock::now() + kFlushTimeout;
     loop_.at(*flush_deadline_, [this] { finish_shutdown(); });
   }
-  if (queue_->size() == 0 || !connected_) finish_shutdown();
+  if (store_->queued_reports() == 0 || !connected_) finish_shutdown();
 }
 
 void Agent::finish_shutdown() {
   if (shutdown_finished_) return;
   shutdown_finished_ = true;
-  if (queue_->size() > 0) {
+  // Acknowledgements not yet committed would only be resent after the
+  // restart; committing them here spares the broker that.
+  if (auto committed = store_->commit(); !committed) spdlog::error("{}", committed.error().message);
+  if (store_->queued_reports() > 0) {
     spdlog::warn("{} status report(s) not yet acknowledged; they stay queued on disk for the next start",
-                 queue_->size());
+                 store_->queued_reports());
   }
   if (!connected_) {
     loop_.stop();

@@ -1,5 +1,7 @@
 #include "k8s4r/agent/process.h"
 
+#include "durable_file.h"
+
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/syscall.h>
@@ -8,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <sstream>
+#include <vector>
 
 namespace k8s4r::agent {
 
@@ -97,6 +101,41 @@ std::optional<ExitStatus> reap(int pidfd) {
   if (info.si_pid == 0) return std::nullopt;  // still running
   if (info.si_code == CLD_EXITED) return ExitStatus{info.si_status, 0};
   return ExitStatus{128 + info.si_status, info.si_status};
+}
+
+namespace {
+
+// The fields of /proc/<pid>/stat after the command name, which may itself
+// hold spaces and parentheses.
+std::optional<std::vector<std::string>> stat_fields(pid_t pid) {
+  const auto read = read_whole_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!read) return std::nullopt;
+  const std::string& text = *read;
+  const auto close = text.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(text.substr(close + 1));
+  std::vector<std::string> fields;
+  for (std::string field; rest >> field;) fields.push_back(field);
+  return fields;  // fields[0] is field 3 (state)
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> process_start_time(pid_t pid) {
+  auto fields = stat_fields(pid);
+  if (!fields || fields->size() < 20) return std::nullopt;
+  try {
+    return std::stoull((*fields)[19]);  // field 22
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+bool same_process_running(pid_t pid, std::uint64_t start) {
+  if (pid <= 0) return false;
+  auto fields = stat_fields(pid);
+  if (!fields || fields->size() < 20 || (*fields)[0] == "Z") return false;
+  return process_start_time(pid) == start;
 }
 
 }  // namespace k8s4r::agent

@@ -1,5 +1,6 @@
 """Helpers and fixtures for the agent tests: the real k8s4r-agent against a real Mosquitto, observed and driven with a
 Python MQTT client playing the bridge."""
+import json
 import os
 import pathlib
 import signal
@@ -78,6 +79,19 @@ class AgentProcess:
 
     def log_text(self):
         return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def queued_reports(self):
+        """Reports held durably for the broker, read from state.log as an operator would
+        (`cut -f2 state.log | jq`): queued ids less acknowledged ones."""
+        path = self.work_dir / "state.log"
+        queued = set()
+        for line in path.read_text().splitlines() if path.exists() else []:
+            record = json.loads(line.split("\t", 1)[1])
+            if record["op"] == "ack":
+                queued.discard(record["id"])
+            elif "id" in record:
+                queued.add(record["id"])
+        return queued
 
     def running(self):
         return self.process is not None and self.process.poll() is None

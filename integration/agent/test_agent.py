@@ -315,9 +315,104 @@ def test_broker_restart_while_tasks_run_loses_no_status(broker, agent_factory, t
         # It came back: presence online again.
         bridge.wait_for(PRESENCE, lambda m: m["online"])
         # Each acknowledged report left the on-disk queue.
-        wait_until(lambda: list((agent.work_dir / "reports").iterdir()) == [], 5, "an empty report queue")
+        wait_until(lambda: agent.queued_reports() == set(), 5, "an empty report queue")
     finally:
         bridge.close()
+
+
+def final_reports(bridge):
+    """Every task's final report so far, from one pass over what the bridge received."""
+    with bridge.lock:
+        received = [(topic, payload) for topic, payload, _ in bridge.messages if topic.endswith("/status")]
+    finals = {}
+    for _, payload in received:
+        report = json.loads(payload)
+        if report["state"] in ("completed", "failed"):
+            finals[report["taskUid"]] = report
+    return finals
+
+
+def test_a_burst_of_a_thousand_dispatches_runs_each_once_and_heartbeats_go_on(bridge, agent, tmp_path):
+    # The adversarial run: 1,000 dispatches at once took 155 s, and heartbeats stopped for 77 s
+    # listing finished tasks as running. Group commit makes the burst a few syncs.
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    uids = [f"t-burst-{i}" for i in range(1000)]
+    first_beat = len(bridge.on("k8s4r/heartbeat"))
+    started = time.monotonic()
+    for uid in uids:
+        bridge.send(create(uid, "/bin/sh", ["-c", f"echo once >> {ran}/{uid}"]))
+    finals = wait_until(lambda: (f := final_reports(bridge)) and len(f) == len(uids) and f, 300,
+                        "every task of the burst finished")
+    took = time.monotonic() - started
+    assert all(finals[uid]["state"] == "completed" for uid in uids)
+    assert all((ran / uid).read_text() == "once\n" for uid in uids)  # each ran exactly once
+    with bridge.lock:
+        seqs = {}
+        for topic, payload, _ in bridge.messages:
+            if topic.endswith("/status"):
+                report = json.loads(payload)
+                seqs.setdefault(report["taskUid"], set()).add(report["seq"])
+    assert all(seqs[uid] == {1, 2} for uid in uids)
+    # Heartbeats (every 1 s) went on through the burst: no gap near the 77 s seen before. Counted from
+    # the last heartbeat before it to the first after it.
+    done_at = len(bridge.on("k8s4r/heartbeat"))
+    wait_until(lambda: len(bridge.on("k8s4r/heartbeat")) > done_at, 10, "a heartbeat after the burst")
+    beats = bridge.arrival_times("k8s4r/heartbeat")[max(first_beat - 1, 0):]
+    gaps = [later - earlier for earlier, later in zip(beats, beats[1:])]
+    print(f"burst of {len(uids)}: {took:.1f} s; longest heartbeat gaps {[round(g, 2) for g in sorted(gaps)[-3:]]} s")
+    assert gaps and max(gaps) < 10, f"heartbeat gaps {sorted(gaps)[-3:]} s during a {took:.1f} s burst"
+    # And the next ones no longer list tasks that ended.
+    wait_until(lambda: any(not beat.get("runningTasks") for beat in bridge.json_on("k8s4r/heartbeat")[done_at:]),
+               10, "a heartbeat after the burst with no running tasks")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs as the agent's work dir")
+def test_a_full_disk_starts_nothing_loses_no_report_and_recovers(broker, bridge, agent_factory, tmp_path):
+    work = tmp_path / "small-disk"
+    work.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(work)], check=True)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    agent = agent_factory(work_dir=work)  # its log is beside the mount, not on it
+    # A dispatch whose acceptance record is larger than what a page of state.log has to spare.
+    bulky = {"env": {"PADDING": "x" * 8192}}
+    try:
+        agent.start()
+        bridge.wait_for(PRESENCE, lambda m: m["online"])
+        bridge.send(create("t-before", "/bin/sh", ["-c", f"echo run >> {marks}/t-before; sleep 2"]))
+        bridge.wait_for(status_topic("t-before"), lambda m: m["state"] == "running")
+        subprocess.run(["dd", "if=/dev/zero", f"of={work}/filler", "bs=64k"], capture_output=True)  # until ENOSPC
+
+        bridge.send(create("t-full", "/bin/sh", ["-c", f"echo run >> {marks}/t-full"], **bulky))
+        refused = bridge.final("t-full")
+        assert refused["state"] == "failed" and refused["reason"] == "StorageFull", refused
+        assert "cannot store its state" in refused["message"]
+        assert not (marks / "t-full").exists()  # not started
+        # A task that was running ends while the disk is full: its report still arrives.
+        done = bridge.final("t-before", timeout=15)
+        assert done["state"] == "completed" and done["seq"] == 2
+        assert "no new task starts and reports go out from memory" in agent.log_text()
+
+        (work / "filler").unlink()
+        wait_until(lambda: "everything held in memory is stored" in agent.log_text(), 15, "the agent to store its state")
+        bridge.send(create("t-after", "/bin/sh", ["-c", f"echo run >> {marks}/t-after"], **bulky))
+        assert bridge.final("t-after")["state"] == "completed"
+
+        # What was held in memory is on disk now: after a restart, a resend of each task is
+        # answered with its final state (seq going on), and none runs again.
+        assert agent.stop() == 0
+        agent.start()
+        bridge.wait_for(PRESENCE, lambda m: m["online"])
+        for uid, final in (("t-full", refused), ("t-before", done)):
+            bridge.send(create(uid, "/bin/sh", ["-c", f"echo run >> {marks}/{uid}"]))
+            again = bridge.wait_for(status_topic(uid), lambda m, s=final["seq"]: m["seq"] > s)
+            assert again["state"] == final["state"] and again.get("reason") == final.get("reason")
+        assert not (marks / "t-full").exists()
+        assert (marks / "t-before").read_text() == "run\n" and (marks / "t-after").read_text() == "run\n"
+    finally:
+        agent.cleanup()
+        subprocess.run(["umount", "-l", str(work)], check=False)
 
 
 def test_dispatch_sent_while_the_agent_is_away_still_arrives(broker, bridge, agent_factory):

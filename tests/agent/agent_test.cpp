@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <set>
+
 #include <filesystem>
 
 namespace k8s4r::agent {
@@ -75,9 +78,19 @@ class AgentTest : public ::testing::Test {
     link_->events.message("k8s4r/robots/robot-1/tasks/dispatch", payload);
   }
 
-  std::size_t queued_files() const {
-    const fs::path dir = fs::path(config_.work_dir) / "reports";
-    return static_cast<std::size_t>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
+  // Reports held durably for the broker, read from the state file as an
+  // operator would: queued ids less acknowledged ones.
+  std::size_t queued_on_disk() const {
+    std::ifstream in(fs::path(config_.work_dir) / "state.log");
+    std::set<std::uint64_t> queued;
+    for (std::string line; std::getline(in, line);) {
+      const auto record = nlohmann::json::parse(line.substr(line.find('\t') + 1));
+      if (record["op"] == "ack")
+        queued.erase(record["id"].get<std::uint64_t>());
+      else if (record.contains("id"))
+        queued.insert(record["id"].get<std::uint64_t>());
+    }
+    return queued.size();
   }
 
   testing::TempDir temp_;
@@ -97,11 +110,11 @@ TEST_F(AgentTest, AReportLeavesTheDiskQueueOnlyWhenAcknowledgedAndIsRepublishedI
   ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 2; }));
   EXPECT_EQ(seq_of(link_->status_reports()[0]), 1);
   EXPECT_EQ(seq_of(link_->status_reports()[1]), 2);
-  EXPECT_EQ(queued_files(), 2u);  // not acknowledged yet
+  EXPECT_EQ(queued_on_disk(), 2u);  // not acknowledged yet
 
   // The first is acknowledged, then the connection drops before the second is.
   link_->status_reports()[0]->done(true, "");
-  ASSERT_TRUE(run_until([&] { return queued_files() == 1; }));
+  ASSERT_TRUE(run_until([&] { return queued_on_disk() == 1; }));
   link_->events.connection_lost("broker went away");
   ASSERT_TRUE(run_until([&] { return link_->connects == 2; }));  // after a backoff
   link_->published.clear();
@@ -114,7 +127,7 @@ TEST_F(AgentTest, AReportLeavesTheDiskQueueOnlyWhenAcknowledgedAndIsRepublishedI
   link_->status_reports()[0]->done(false, "no PUBACK");
   ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 2; }));
   link_->status_reports()[1]->done(true, "");
-  ASSERT_TRUE(run_until([&] { return queued_files() == 0; }));
+  ASSERT_TRUE(run_until([&] { return queued_on_disk() == 0; }));
 }
 
 TEST_F(AgentTest, AnAcknowledgementFromAnEarlierConnectionIsIgnored) {
@@ -132,9 +145,9 @@ TEST_F(AgentTest, AnAcknowledgementFromAnEarlierConnectionIsIgnored) {
   stale(true, "");
   loop_.post([&] { loop_.stop(); });  // runs after what the completion posted
   loop_.run();
-  EXPECT_EQ(queued_files(), 2u);
+  EXPECT_EQ(queued_on_disk(), 2u);
   for (auto* report : link_->status_reports()) report->done(true, "");
-  ASSERT_TRUE(run_until([&] { return queued_files() == 0; }));
+  ASSERT_TRUE(run_until([&] { return queued_on_disk() == 0; }));
 }
 
 }  // namespace

@@ -3,11 +3,17 @@
 // It connects (reconnecting with backoff), announces presence, registers
 // until the bridge answers, heartbeats, and turns dispatches into tasks: fetch
 // artifacts, start the process under the Monitor, apply the restart policy,
-// and report every state change with a seq that grows across restarts. Each
-// report goes through the on-disk ReportQueue and is forgotten only when the
-// broker acknowledged it. The Journal remembers every task, so after a crash
-// the agent adopts tasks still running and reports the rest failed with
-// reason AgentRestarted; no task runs twice.
+// and report every state change with a seq that grows across restarts. The
+// StateStore remembers every task and every report until the broker
+// acknowledged it, so after a crash the agent adopts tasks still running and
+// reports the rest failed with reason AgentRestarted; no task runs twice.
+//
+// Durability is group-committed: changes are staged as the loop handles a
+// batch of messages, and one commit (one fdatasync) after the batch makes them
+// durable. A task starts, and a report is published, only after the commit
+// that holds it. When storage fails, no new task starts (each is reported
+// failed, reason StorageFull or StorageError) and reports go out from memory,
+// so the broker still gets everything while the disk cannot.
 //
 // Threading: one thread, the EventLoop's, runs all of this. MQTT callbacks,
 // process exits and finished downloads arrive on other threads and are posted
@@ -18,10 +24,9 @@
 
 #include "k8s4r/agent/artifacts.h"
 #include "k8s4r/agent/config.h"
-#include "k8s4r/agent/journal.h"
 #include "k8s4r/agent/monitor.h"
-#include "k8s4r/agent/report_queue.h"
 #include "k8s4r/agent/restart_tracker.h"
+#include "k8s4r/agent/state_store.h"
 #include "k8s4r/common/messages.h"
 #include "k8s4r/daemon/event_loop.h"
 #include "k8s4r/mqtt/link.h"
@@ -62,7 +67,8 @@ class Agent {
   void shutdown();
 
  private:
-  enum class Phase { fetching, running, waiting_restart, finished };
+  // accepted: waiting for the commit that makes its acceptance durable.
+  enum class Phase { accepted, fetching, running, waiting_restart, finished };
   struct RunAs {
     uid_t uid;
     gid_t gid;
@@ -104,6 +110,7 @@ class Agent {
   void on_dispatch(const std::string& payload);
   void refuse_dispatch(const std::string& payload, const Error& error);
   void create_task(const Dispatch& dispatch);
+  void begin(Task& task);
   void start_process(Task& task);
   void on_artifacts(const std::string& uid, Result<void> outcome);
   void on_exit(const TaskExit& exit);
@@ -123,14 +130,20 @@ class Agent {
   void publish_presence(bool online, mqtt::Completion done);
   void check_shutdown_progress();
   void finish_shutdown();
-  void save(const Task& task);
+  // Durability: a commit after the current batch (urgent), or within a
+  // short delay (acknowledgements, which only save a resend after a crash).
+  void request_commit(bool urgent = true);
+  void commit();
   void prune_finished();
 
   AgentConfig config_;
   daemon::EventLoop& loop_;
   AgentHooks hooks_;
-  std::unique_ptr<Journal> journal_;
-  std::unique_ptr<ReportQueue> queue_;
+  std::unique_ptr<StateStore> store_;
+  bool commit_posted_ = false;
+  daemon::EventLoop::TimerId lazy_commit_timer_ = 0;
+  std::vector<std::string> awaiting_commit_;    // accepted tasks, to start once durable
+  std::optional<std::string> storage_failure_;  // why the last commit failed; unset while commits succeed
   std::map<std::string, Task> tasks_;
   std::unique_ptr<ArtifactWorker> artifacts_;
   std::unique_ptr<Monitor> monitor_;

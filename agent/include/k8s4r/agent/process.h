@@ -6,6 +6,7 @@
 
 #include "k8s4r/common/result.h"
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -47,5 +48,14 @@ struct ExitStatus {
 
 // Reaps the exited process behind `pidfd` (without blocking); nullopt while it runs.
 std::optional<ExitStatus> reap(int pidfd);
+
+// The start time of process `pid` (field 22 of /proc/<pid>/stat, clock ticks
+// since boot), or nullopt when it does not exist. With the pid it names one
+// process for good: a pid reused later has another start time.
+std::optional<std::uint64_t> process_start_time(pid_t pid);
+
+// True when `pid` is the very process that started at `start`: it exists and
+// is not a zombie.
+bool same_process_running(pid_t pid, std::uint64_t start);
 
 }  // namespace k8s4r::agent

@@ -1,0 +1,126 @@
+// Everything the agent must not forget across its own restarts, in one
+// append-only file, WORK_DIR/state.log: for every task it holds, the dispatch
+// it accepted, its process (pid and the kernel's start time of that pid, so a
+// reused pid is not mistaken for ours), the last status seq used and the last
+// report; and every report the broker has not acknowledged yet, in order.
+//
+// Changes are applied in memory at once and staged; commit() appends every
+// staged change with one write and one fdatasync (group commit: a burst of a
+// thousand dispatches costs one sync, not a thousand whole-file rewrites).
+// The caller decides what must wait for durability: the agent starts a task
+// only once its acceptance is committed, and publishes a report only once it
+// is committed (seq must grow across restarts), unless storage has failed.
+//
+// The file holds one record per line, `CRC32<TAB>JSON`, readable with
+// `cut -f2 state.log | jq .`. A torn last line (a crash mid-write) is cut off
+// at open; damage before the last line is an error naming the offset. When
+// the file outgrows its live content (4x the last snapshot, at least 1 MiB),
+// commit() replaces it with a snapshot (temporary file, fsync, rename,
+// directory fsync), so its size stays proportional to what the agent holds.
+//
+// A work dir from an earlier agent (journal.json and reports/) is taken over
+// at open, and its files removed once state.log holds them.
+//
+// Threading: not thread-safe; the agent's loop owns it.
+#pragma once
+
+#include "k8s4r/common/result.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace k8s4r::agent {
+
+struct StoredTask {
+  std::string uid;
+  nlohmann::json dispatch;           // the Dispatch that created it; null once it finished
+  pid_t pid = 0;                     // 0 when no process runs
+  std::uint64_t process_start = 0;   // /proc/<pid>/stat starttime, in clock ticks since boot
+  std::int64_t last_seq = 0;         // the last seq handed out for this task
+  std::string last_report;           // the last TaskStatus made for it, as published ("" before the first)
+  std::uint64_t finished_order = 0;  // when it finished, counting across restarts; 0 while it runs
+};
+
+struct QueuedReport {
+  std::uint64_t id = 0;
+  std::string topic;
+  std::string payload;
+};
+
+class StateStore {
+ public:
+  // Opens (creating) WORK_DIR/state.log, replays it, and takes over an older
+  // agent's journal.json and reports/. `capacity` bounds the reports waiting
+  // for the broker. An unreadable or damaged file is an error naming it.
+  static Result<StateStore> open(const std::string& work_dir, std::size_t capacity);
+
+  StateStore(StateStore&&) noexcept;
+  StateStore& operator=(StateStore&&) noexcept;
+  ~StateStore();
+
+  // ---- what it holds (committed or staged) ----
+  const std::map<std::string, StoredTask>& tasks() const { return tasks_; }
+  const StoredTask* find(const std::string& uid) const;
+  std::size_t queued_reports() const { return reports_.size(); }
+  std::size_t capacity() const { return capacity_; }
+  // The oldest queued reports, at most `limit`, in the order they were made;
+  // only those already committed unless `uncommitted_too`.
+  std::vector<QueuedReport> oldest(std::size_t limit, bool uncommitted_too = false) const;
+
+  // ---- changes: in memory at once, on disk at the next commit() ----
+  void accept(const std::string& uid, const nlohmann::json& dispatch);
+  void set_process(const std::string& uid, pid_t pid, std::uint64_t process_start);
+  // Records the task's report `seq` (its new last seq and last report) and
+  // queues it for the broker; refused when the queue is full.
+  Result<std::uint64_t> report(const std::string& uid, std::int64_t seq, const std::string& topic,
+                               const std::string& payload);
+  void finish(const std::string& uid, std::uint64_t order);
+  void forget(const std::string& uid);
+  // The broker has it: it leaves the queue.
+  void acknowledge(std::uint64_t id);
+
+  // ---- durability ----
+  bool has_staged() const { return !staged_.empty(); }
+  // Appends what was staged (one write, one fdatasync), then compacts if the
+  // file outgrew its content. On failure nothing staged is lost: it stays in
+  // memory for the next commit, and the file is cut back to what was durable.
+  Result<void> commit();
+  // True when the last commit failed for want of space (ENOSPC, EDQUOT).
+  bool out_of_space() const { return last_errno_ == ENOSPC || last_errno_ == EDQUOT; }
+  // Bytes in state.log, and commits/syncs made (for logs and tests).
+  std::uint64_t file_bytes() const { return file_bytes_; }
+  std::uint64_t syncs() const { return syncs_; }
+
+ private:
+  StateStore(std::string path, std::size_t capacity);
+  void stage(const nlohmann::json& record);
+  Result<void> apply(const nlohmann::json& record);
+  Result<void> replay(const std::string& text);
+  Result<void> adopt_legacy(const std::string& work_dir);
+  std::string snapshot() const;
+  Result<void> compact();
+  Result<void> open_for_append();
+
+  std::string path_;
+  std::size_t capacity_;
+  int fd_ = -1;
+  std::map<std::string, StoredTask> tasks_;
+  std::map<std::uint64_t, QueuedReport> reports_;
+  std::uint64_t next_report_id_ = 1;
+  std::uint64_t first_uncommitted_report_ = 1;  // reports from this id on are staged only
+  std::string staged_;                          // records not yet durable, one per line
+  std::uint64_t file_bytes_ = 0;
+  std::uint64_t snapshot_bytes_ = 0;
+  std::uint64_t syncs_ = 0;
+  int last_errno_ = 0;  // of the last commit; 0 when it succeeded
+};
+
+}  // namespace k8s4r::agent

@@ -1,0 +1,449 @@
+#include "k8s4r/agent/state_store.h"
+
+#include "durable_file.h"
+
+#include "k8s4r/common/json_depth.h"
+
+#include <spdlog/spdlog.h>
+#include <boost/crc.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+namespace k8s4r::agent {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::uint64_t kMinCompactBytes = 1 << 20;
+constexpr std::uint64_t kCompactFactor = 4;
+
+std::string crc_hex(std::string_view text) {
+  boost::crc_32_type crc;
+  crc.process_bytes(text.data(), text.size());
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(crc.checksum()));
+  return hex;
+}
+
+std::string line_of(const json& record) {
+  const std::string text = record.dump(-1, ' ', false, json::error_handler_t::replace);
+  return crc_hex(text) + '\t' + text + '\n';
+}
+
+// 0, or the errno of the write that failed.
+int write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    text.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return 0;
+}
+
+// Typed reads of a record's fields: a record that does not have them is
+// damage, reported as an error, never an exception out of open().
+template <typename T>
+std::optional<T> field(const json& record, const char* name) {
+  const auto it = record.find(name);
+  if (it == record.end()) return std::nullopt;
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string()) return std::nullopt;
+  } else {
+    if (!it->is_number_integer()) return std::nullopt;
+  }
+  return it->get<T>();
+}
+
+}  // namespace
+
+StateStore::StateStore(std::string path, std::size_t capacity) : path_(std::move(path)), capacity_(capacity) {}
+
+StateStore::StateStore(StateStore&& other) noexcept { *this = std::move(other); }
+
+StateStore& StateStore::operator=(StateStore&& other) noexcept {
+  if (this == &other) return *this;
+  if (fd_ >= 0) ::close(fd_);
+  path_ = std::move(other.path_);
+  capacity_ = other.capacity_;
+  fd_ = std::exchange(other.fd_, -1);
+  tasks_ = std::move(other.tasks_);
+  reports_ = std::move(other.reports_);
+  next_report_id_ = other.next_report_id_;
+  first_uncommitted_report_ = other.first_uncommitted_report_;
+  staged_ = std::move(other.staged_);
+  file_bytes_ = other.file_bytes_;
+  snapshot_bytes_ = other.snapshot_bytes_;
+  syncs_ = other.syncs_;
+  last_errno_ = other.last_errno_;
+  return *this;
+}
+
+StateStore::~StateStore() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+// ---- open and replay ------------------------------------------------------------
+
+Result<StateStore> StateStore::open(const std::string& work_dir, std::size_t capacity) {
+  StateStore store((fs::path(work_dir) / "state.log").string(), capacity);
+  std::error_code error;
+  const bool exists = fs::exists(store.path_, error);
+  if (exists) {
+    auto text = read_whole_file(store.path_);
+    if (!text) return Error{"state", "cannot read " + store.path_ + ": " + std::strerror(errno)};
+    if (auto replayed = store.replay(*text); !replayed) return replayed.error();
+  }
+  if (auto legacy = store.adopt_legacy(work_dir); !legacy) return legacy.error();
+  if (!exists || store.has_staged()) {
+    // A new file, or an older agent's state taken over: written whole, so the
+    // file exists durably (with its directory entry) before anything else.
+    if (auto compacted = store.compact(); !compacted) return compacted.error();
+    store.staged_.clear();
+    // Only now may the older files go: state.log holds what they held.
+    fs::remove(fs::path(work_dir) / "journal.json", error);
+    fs::remove_all(fs::path(work_dir) / "reports", error);
+  }
+  if (store.fd_ < 0) {
+    if (auto opened = store.open_for_append(); !opened) return opened.error();
+  }
+  store.first_uncommitted_report_ = store.next_report_id_;
+  return store;
+}
+
+Result<void> StateStore::open_for_append() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (fd_ < 0) return Error{"state", "cannot open " + path_ + ": " + std::strerror(errno)};
+  const off_t end = ::lseek(fd_, 0, SEEK_END);
+  if (end < 0) return Error{"state", "cannot seek " + path_ + ": " + std::strerror(errno)};
+  file_bytes_ = static_cast<std::uint64_t>(end);
+  return ok();
+}
+
+Result<void> StateStore::replay(const std::string& text) {
+  std::size_t offset = 0;
+  while (offset < text.size()) {
+    const std::size_t end = text.find('\n', offset);
+    std::string problem;
+    if (end == std::string::npos) {
+      problem = "an unfinished last record";
+    } else {
+      const std::string_view line(text.data() + offset, end - offset);
+      const std::size_t tab = line.find('\t');
+      const std::string_view body = tab == std::string_view::npos ? std::string_view() : line.substr(tab + 1);
+      if (tab != 8 || crc_hex(body) != line.substr(0, 8)) {
+        problem = "a record whose checksum does not match";
+      } else {
+        const json record =
+            json_nested_deeper_than(body) ? json(json::value_t::discarded) : json::parse(body, nullptr, false);
+        if (record.is_discarded() || !record.is_object()) {
+          problem =
+              "a record that is not a JSON object (or nests deeper than " + std::to_string(kMaxProtocolJsonDepth) + " levels)";
+        } else if (auto applied = apply(record); !applied) {
+          problem = applied.error().message;
+        }
+      }
+    }
+    if (problem.empty()) {
+      offset = end + 1;
+      continue;
+    }
+    // A crash mid-write leaves the last group torn: those changes were never
+    // synced, so nothing was done on their strength. Damage further back is
+    // the disk's; either way the agent goes on from the last good record, and
+    // keeps the whole file for whoever wants to look.
+    const bool tail = end == std::string::npos || end + 1 == text.size();
+    if (!tail) {
+      const std::string kept = path_ + ".damaged";
+      if (auto copied = write_file_durably(kept, text, "state"); !copied) return copied.error();
+      spdlog::error("{}: {} at byte {}; {} bytes after it dropped (the whole file is kept as {})", path_, problem,
+                    offset, text.size() - offset, kept);
+    } else {
+      spdlog::warn("{}: {} at byte {} (a write cut short by a crash); dropped", path_, problem, offset);
+    }
+    if (::truncate(path_.c_str(), static_cast<off_t>(offset)) != 0) {
+      return Error{"state", "cannot cut " + path_ + " back to its last good record: " + std::strerror(errno)};
+    }
+    break;
+  }
+  return ok();
+}
+
+Result<void> StateStore::apply(const json& record) {
+  const auto op = field<std::string>(record, "op");
+  if (!op) return Error{"state", "a record without op"};
+  const auto uid = field<std::string>(record, "uid");
+  auto need_uid = [&]() -> Result<void> {
+    if (!uid || uid->empty()) return Error{"state", "a " + *op + " record without uid"};
+    return ok();
+  };
+  if (*op == "accept" || *op == "task") {
+    if (auto checked = need_uid(); !checked) return checked;
+    StoredTask& task = tasks_[*uid];
+    task = StoredTask{};
+    task.uid = *uid;
+    task.dispatch = record.value("dispatch", json());
+    task.pid = field<pid_t>(record, "pid").value_or(0);
+    task.process_start = field<std::uint64_t>(record, "processStart").value_or(0);
+    task.last_seq = field<std::int64_t>(record, "lastSeq").value_or(0);
+    task.last_report = field<std::string>(record, "lastReport").value_or("");
+    task.finished_order = field<std::uint64_t>(record, "finishedOrder").value_or(0);
+    return ok();
+  }
+  if (*op == "process") {
+    if (auto checked = need_uid(); !checked) return checked;
+    StoredTask& task = tasks_[*uid];
+    task.uid = *uid;
+    task.pid = field<pid_t>(record, "pid").value_or(0);
+    task.process_start = field<std::uint64_t>(record, "processStart").value_or(0);
+    return ok();
+  }
+  if (*op == "report" || *op == "queued") {
+    // A report: the task's new last seq and report, and (with an id) queued
+    // for the broker. A queued record is only the latter (snapshots).
+    const auto id = field<std::uint64_t>(record, "id");
+    const auto topic = field<std::string>(record, "topic");
+    const auto payload = field<std::string>(record, "payload");
+    if (!payload || (id && !topic) || (*op == "queued" && !id)) {
+      return Error{"state", "a " + *op + " record without its id, topic or payload"};
+    }
+    if (*op == "report") {
+      if (auto checked = need_uid(); !checked) return checked;
+      StoredTask& task = tasks_[*uid];
+      task.uid = *uid;
+      const std::int64_t seq = field<std::int64_t>(record, "seq").value_or(0);
+      if (seq >= task.last_seq) {
+        task.last_seq = seq;
+        task.last_report = *payload;
+      }
+    }
+    if (id) {
+      reports_[*id] = QueuedReport{*id, *topic, *payload};
+      next_report_id_ = std::max(next_report_id_, *id + 1);
+    }
+    return ok();
+  }
+  if (*op == "finish") {
+    if (auto checked = need_uid(); !checked) return checked;
+    StoredTask& task = tasks_[*uid];
+    task.uid = *uid;
+    task.finished_order = field<std::uint64_t>(record, "finishedOrder").value_or(0);
+    task.dispatch = nullptr;  // a finished task needs only its last report
+    task.pid = 0;
+    return ok();
+  }
+  if (*op == "ack") {
+    const auto id = field<std::uint64_t>(record, "id");
+    if (!id) return Error{"state", "an ack record without id"};
+    reports_.erase(*id);
+    return ok();
+  }
+  if (*op == "forget") {
+    if (auto checked = need_uid(); !checked) return checked;
+    tasks_.erase(*uid);
+    return ok();
+  }
+  return Error{"state", "a record of unknown op " + *op};
+}
+
+// journal.json and reports/NNN.json, as agents before state.log kept them.
+Result<void> StateStore::adopt_legacy(const std::string& work_dir) {
+  const std::string journal_path = (fs::path(work_dir) / "journal.json").string();
+  if (auto text = read_whole_file(journal_path)) {
+    const json document =
+        json_nested_deeper_than(*text) ? json(json::value_t::discarded) : json::parse(*text, nullptr, false);
+    if (document.is_discarded() || !document.is_object() || !document.contains("tasks") ||
+        !document["tasks"].is_array()) {
+      return Error{"state", journal_path + " is not a k8s4r journal"};
+    }
+    for (const json& entry : document["tasks"]) {
+      if (!entry.is_object() || !entry.contains("taskUid")) return Error{"state", journal_path + ": a bad entry"};
+      json record = {{"op", "task"},
+                     {"uid", entry.value("taskUid", "")},
+                     {"dispatch", entry.value("dispatch", json())},
+                     {"pid", entry.value("pid", 0)},
+                     {"processStart", entry.value("processStart", std::uint64_t{0})},
+                     {"lastSeq", entry.value("lastSeq", std::int64_t{0})},
+                     {"finishedOrder", entry.value("finishedOrder", std::uint64_t{0})}};
+      const json last = entry.value("lastReport", json());
+      if (!last.is_null()) record["lastReport"] = last.dump();
+      if (auto applied = apply(record); !applied) return Error{"state", journal_path + ": " + applied.error().message};
+      stage(record);
+    }
+  }
+  std::error_code error;
+  const fs::path queue = fs::path(work_dir) / "reports";
+  if (!fs::is_directory(queue, error)) return ok();
+  std::map<std::uint64_t, fs::path> files;
+  for (const auto& file : fs::directory_iterator(queue, error)) {
+    if (file.path().extension() != ".json") continue;
+    try {
+      files[std::stoull(file.path().filename().string())] = file.path();
+    } catch (...) {
+    }
+  }
+  for (const auto& [number, file] : files) {
+    const std::string text = read_whole_file(file.string()).value_or("");
+    const json report =
+        json_nested_deeper_than(text) ? json(json::value_t::discarded) : json::parse(text, nullptr, false);
+    if (report.is_discarded() || !report.is_object() || !report.contains("topic") || !report.contains("payload")) {
+      return Error{"state", file.string() + " is not a queued report"};
+    }
+    const json record = {
+        {"op", "queued"}, {"id", next_report_id_}, {"topic", report["topic"]}, {"payload", report["payload"]}};
+    if (auto applied = apply(record); !applied) return Error{"state", file.string() + ": " + applied.error().message};
+    stage(record);
+  }
+  return ok();
+}
+
+// ---- reads ---------------------------------------------------------------------------
+
+const StoredTask* StateStore::find(const std::string& uid) const {
+  const auto it = tasks_.find(uid);
+  return it == tasks_.end() ? nullptr : &it->second;
+}
+
+std::vector<QueuedReport> StateStore::oldest(std::size_t limit, bool uncommitted_too) const {
+  std::vector<QueuedReport> oldest;
+  for (auto it = reports_.begin(); it != reports_.end() && oldest.size() < limit; ++it) {
+    if (!uncommitted_too && it->first >= first_uncommitted_report_) break;
+    oldest.push_back(it->second);
+  }
+  return oldest;
+}
+
+// ---- changes -----------------------------------------------------------------------
+
+void StateStore::stage(const json& record) { staged_ += line_of(record); }
+
+void StateStore::accept(const std::string& uid, const json& dispatch) {
+  const json record = {{"op", "accept"}, {"uid", uid}, {"dispatch", dispatch}};
+  static_cast<void>(apply(record));
+  stage(record);
+}
+
+void StateStore::set_process(const std::string& uid, pid_t pid, std::uint64_t process_start) {
+  const json record = {{"op", "process"}, {"uid", uid}, {"pid", pid}, {"processStart", process_start}};
+  static_cast<void>(apply(record));
+  stage(record);
+}
+
+Result<std::uint64_t> StateStore::report(const std::string& uid, std::int64_t seq, const std::string& topic,
+                                         const std::string& payload) {
+  json record = {{"op", "report"}, {"uid", uid}, {"seq", seq}, {"payload", payload}};
+  const bool full = reports_.size() >= capacity_;
+  const std::uint64_t id = next_report_id_;
+  if (!full) {
+    record["id"] = id;
+    record["topic"] = topic;
+  }
+  // Even a report the queue cannot take keeps its seq: seq never goes back.
+  static_cast<void>(apply(record));
+  stage(record);
+  if (full) {
+    return Error{"state", "the report queue is full (" + std::to_string(capacity_) +
+                              " reports waiting for the broker); report for " + topic + " refused"};
+  }
+  return id;
+}
+
+void StateStore::finish(const std::string& uid, std::uint64_t order) {
+  const json record = {{"op", "finish"}, {"uid", uid}, {"finishedOrder", order}};
+  static_cast<void>(apply(record));
+  stage(record);
+}
+
+void StateStore::forget(const std::string& uid) {
+  if (!tasks_.count(uid)) return;
+  const json record = {{"op", "forget"}, {"uid", uid}};
+  static_cast<void>(apply(record));
+  stage(record);
+}
+
+void StateStore::acknowledge(std::uint64_t id) {
+  if (!reports_.count(id)) return;
+  const json record = {{"op", "ack"}, {"id", id}};
+  static_cast<void>(apply(record));
+  stage(record);
+}
+
+// ---- durability --------------------------------------------------------------------
+
+Result<void> StateStore::commit() {
+  if (staged_.empty()) return ok();
+  if (fd_ < 0) {
+    // A failed commit could not cut its fragment off; do it before appending.
+    const std::uint64_t durable = file_bytes_;
+    if (auto opened = open_for_append(); !opened) return opened.error();
+    if (file_bytes_ != durable && ::ftruncate(fd_, static_cast<off_t>(durable)) != 0) {
+      const int error = errno;
+      ::close(fd_);
+      fd_ = -1;
+      return Error{"state", "cannot cut " + path_ + " back to its last commit: " + std::strerror(error)};
+    }
+    file_bytes_ = durable;
+  }
+  int failure = write_all(fd_, staged_);
+  if (failure == 0 && ::fdatasync(fd_) != 0) failure = errno;
+  last_errno_ = failure;
+  if (failure != 0) {
+    // Whatever part of the group reached the file must not stay there half
+    // written: cut back to what was durable, and keep the group staged.
+    if (::ftruncate(fd_, static_cast<off_t>(file_bytes_)) != 0) {
+      // The file now ends in a fragment; reopening it would cut it off as a
+      // torn write, which is what it is. Appending after it would not be safe.
+      ::close(fd_);
+      fd_ = -1;
+    }
+    return Error{"state", "cannot write " + path_ + ": " + std::strerror(failure)};
+  }
+  ++syncs_;
+  file_bytes_ += staged_.size();
+  staged_.clear();
+  first_uncommitted_report_ = next_report_id_;
+  if (file_bytes_ > std::max(kMinCompactBytes, kCompactFactor * snapshot_bytes_)) {
+    // Durable already; a snapshot that cannot be written only means the file
+    // stays longer, so this is logged, not returned.
+    if (auto compacted = compact(); !compacted) spdlog::warn("{}", compacted.error().message);
+  }
+  return ok();
+}
+
+std::string StateStore::snapshot() const {
+  std::string text;
+  for (const auto& [uid, task] : tasks_) {
+    json record = {{"op", "task"},
+                   {"uid", uid},
+                   {"pid", task.pid},
+                   {"processStart", task.process_start},
+                   {"lastSeq", task.last_seq},
+                   {"finishedOrder", task.finished_order}};
+    if (!task.dispatch.is_null()) record["dispatch"] = task.dispatch;
+    if (!task.last_report.empty()) record["lastReport"] = task.last_report;
+    text += line_of(record);
+  }
+  // After the tasks, so a queued report does not bring back a forgotten task.
+  for (const auto& [id, report] : reports_) {
+    text += line_of({{"op", "queued"}, {"id", id}, {"topic", report.topic}, {"payload", report.payload}});
+  }
+  return text;
+}
+
+Result<void> StateStore::compact() {
+  const std::string text = snapshot();
+  if (auto written = write_file_durably(path_, text, "state"); !written) return written.error();
+  snapshot_bytes_ = text.size();
+  // The old descriptor points at the replaced file.
+  return open_for_append();
+}
+
+}  // namespace k8s4r::agent
