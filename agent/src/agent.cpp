@@ -147,8 +147,8 @@ void Agent::start() {
   restore();
   kill_orphans();
   if (hooks_.watchdog_interval) feed_watchdog();
-  spdlog::info("agent {} for robot {}: {} task(s) from state.log, {} report(s) queued", K8S4R_VERSION,
-               config_.robot_id, tasks_.size(), store_->queued_reports());
+  spdlog::info("agent {} for robot {}: {} task(s) from state.log, {} report(s) queued", K8S4R_VERSION, config_.robot_id,
+               tasks_.size(), store_->queued_reports());
   connect();
 }
 

@@ -145,8 +145,8 @@ Result<void> StateStore::replay(const std::string& text) {
         const json record =
             json_nested_deeper_than(body) ? json(json::value_t::discarded) : json::parse(body, nullptr, false);
         if (record.is_discarded() || !record.is_object()) {
-          problem =
-              "a record that is not a JSON object (or nests deeper than " + std::to_string(kMaxProtocolJsonDepth) + " levels)";
+          problem = "a record that is not a JSON object (or nests deeper than " +
+                    std::to_string(kMaxProtocolJsonDepth) + " levels)";
         } else if (auto applied = apply(record); !applied) {
           problem = applied.error().message;
         }
