@@ -127,7 +127,11 @@ Result<std::chrono::nanoseconds> parse_non_negative_go_duration(std::string_view
   if (!text.empty() && (text.front() == '-' || text.front() == '+')) {
     return invalid(text, "must not have a sign");
   }
-  return parse_go_duration(text);
+  auto parsed = parse_go_duration(text);
+  if (parsed && parsed.value() > kMaxDuration) {
+    return invalid(text, "longer than the maximum of " + format_go_duration(kMaxDuration) + " (ten years)");
+  }
+  return parsed;
 }
 
 namespace {

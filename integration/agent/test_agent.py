@@ -259,6 +259,10 @@ def test_bad_dispatches_are_refused_and_the_agent_keeps_running(bridge, agent):
     wrong_type = create("t-type", "/bin/true")
     wrong_type["task"]["spec"]["timeout"] = 30
     bridge.publish(dispatch_topic(), json.dumps(wrong_type))
+    # Durations at Go's limit would wrap a deadline and take effect at once.
+    bridge.publish(dispatch_topic(), json.dumps(create("t-forever", "sleep", ["100"], timeout="2562047h47m16.854775807s")))
+    bridge.publish(dispatch_topic(), json.dumps(create("t-delay", "/bin/false", [],
+                                                       restartPolicy={"attempts": 1, "delay": "9223372036854775807ns"})))
     huge = create("t-huge", "/bin/true", env={"BIG": "x" * (10 * 1024 * 1024)})
     bridge.publish(dispatch_topic(), json.dumps(huge))
 
@@ -267,6 +271,11 @@ def test_bad_dispatches_are_refused_and_the_agent_keeps_running(bridge, agent):
     assert bridge.final("t-action")["reason"] == "InvalidTask"
     typed = bridge.final("t-type")
     assert typed["reason"] == "InvalidTask" and "timeout" in typed["message"]
+    for uid, field in (("t-forever", "timeout"), ("t-delay", "restartPolicy.delay")):
+        refused = bridge.final(uid)
+        assert refused["reason"] == "InvalidTask" and field in refused["message"], refused
+        assert "longer than the maximum of 87600h0m0s" in refused["message"]
+        assert [r["state"] for r in bridge.statuses(uid)] == ["failed"]  # never started
     wait_until(lambda: "refused a dispatch: payload is not valid JSON" in agent.log_text(), 5, "a logged refusal")
     wait_until(lambda: "over the limit of 262144" in agent.log_text(), 5, "the oversized payload logged")
     assert "must not contain '+', '#' or '/'" in agent.log_text()

@@ -62,6 +62,17 @@ TEST(GoDuration, NonNegativeRefusesSigns) {
   EXPECT_FALSE(parse_non_negative_go_duration("+30s"));
 }
 
+TEST(GoDuration, NonNegativeRefusesWhatWouldOverflowADeadline) {
+  // Go's own limit parses, but now + it wraps a clock; ten years is the maximum.
+  EXPECT_EQ(parse_non_negative_go_duration("87600h").value(), kMaxDuration);
+  for (const char* text : {"87600h0m0.000000001s", "2562047h47m16.854775807s", "9223372036854775807ns", "100000h"}) {
+    const auto parsed = parse_non_negative_go_duration(text);
+    ASSERT_FALSE(parsed) << text;
+    EXPECT_NE(parsed.error().message.find("longer than the maximum of 87600h0m0s"), std::string::npos) << text;
+  }
+  EXPECT_TRUE(parse_go_duration("2562047h47m16.854775807s"));  // the general parser stays Go's
+}
+
 TEST(GoDuration, FormatsAsGoDurationString) {
   EXPECT_EQ(format_go_duration(0ns), "0s");
   EXPECT_EQ(format_go_duration(90s), "1m30s");

@@ -69,6 +69,20 @@ TEST(Messages, ErrorsSayWhatIsWrong) {
   ASSERT_FALSE(dispatch);
   EXPECT_EQ(dispatch.error().field, "task.spec.timeout");
   EXPECT_NE(dispatch.error().message.find("invalid Go duration '5 minutes'"), std::string::npos);
+
+  // Each duration of a task, at Go's maximum: refused by name, not wrapped into "at once".
+  for (const auto& [field, spec] : std::vector<std::pair<std::string, std::string>>{
+           {"task.spec.timeout", R"("timeout":"2562047h47m16.854775807s")"},
+           {"task.spec.killTimeout", R"("killTimeout":"2562047h")"},
+           {"task.spec.restartPolicy.delay", R"("restartPolicy":{"delay":"9223372036854775807ns"})"},
+           {"task.spec.restartPolicy.interval", R"("restartPolicy":{"interval":"100000h"})"}}) {
+    dispatch = parse_dispatch(R"({"action":"create","task":{"apiVersion":"v","kind":"Task",
+      "metadata":{"name":"n","uid":"u1"},"spec":{"driver":"exec","config":{"execConfig":{"command":"x"}},)" +
+                              spec + "}}}");
+    ASSERT_FALSE(dispatch) << spec;
+    EXPECT_EQ(dispatch.error().field, field);
+    EXPECT_NE(dispatch.error().message.find("longer than the maximum"), std::string::npos) << spec;
+  }
 }
 
 TEST(Messages, LogsTailLimitCountsCharactersNotBytes) {

@@ -20,8 +20,16 @@ namespace k8s4r {
 
 Result<std::chrono::nanoseconds> parse_go_duration(std::string_view text);
 
-// For fields where a sign makes no sense (timeouts, intervals): the same
-// grammar without a leading '+' or '-'.
+// The longest timeout, interval or delay anything of ours accepts: 87600h
+// (ten years). Go allows 2^63 ns (292 years), but a deadline is a clock
+// reading plus such values (now + timeout + killTimeout, a restart's delay
+// within its interval), and a sum near 2^63 ns wraps and takes effect at
+// once; ten years keeps every such sum far from it.
+inline constexpr std::chrono::hours kMaxDuration{87600};
+
+// For fields where a sign makes no sense (timeouts, intervals, delays, and
+// every duration in a daemon's configuration): the same grammar without a
+// leading '+' or '-', and at most kMaxDuration.
 Result<std::chrono::nanoseconds> parse_non_negative_go_duration(std::string_view text);
 
 std::string format_go_duration(std::chrono::nanoseconds duration);
