@@ -83,6 +83,7 @@ StateStore& StateStore::operator=(StateStore&& other) noexcept {
   snapshot_bytes_ = other.snapshot_bytes_;
   syncs_ = other.syncs_;
   last_errno_ = other.last_errno_;
+  fragment_possible_ = other.fragment_possible_;
   return *this;
 }
 
@@ -123,7 +124,12 @@ Result<void> StateStore::open_for_append() {
   fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   if (fd_ < 0) return Error{"state", "cannot open " + path_ + ": " + std::strerror(errno)};
   const off_t end = ::lseek(fd_, 0, SEEK_END);
-  if (end < 0) return Error{"state", "cannot seek " + path_ + ": " + std::strerror(errno)};
+  if (end < 0) {
+    const int error = errno;
+    ::close(fd_);
+    fd_ = -1;
+    return Error{"state", "cannot seek " + path_ + ": " + std::strerror(error)};
+  }
   file_bytes_ = static_cast<std::uint64_t>(end);
   return ok();
 }
@@ -381,16 +387,21 @@ void StateStore::acknowledge(std::uint64_t id) {
 Result<void> StateStore::commit() {
   if (staged_.empty()) return ok();
   if (fd_ < 0) {
-    // A failed commit could not cut its fragment off; do it before appending.
+    // Closed by a failed commit that could not cut its fragment off (cut it
+    // now, before appending after it), or by a reopen that failed after a
+    // snapshot (the file on the path holds everything committed: take it).
     const std::uint64_t durable = file_bytes_;
     if (auto opened = open_for_append(); !opened) return opened.error();
-    if (file_bytes_ != durable && ::ftruncate(fd_, static_cast<off_t>(durable)) != 0) {
-      const int error = errno;
-      ::close(fd_);
-      fd_ = -1;
-      return Error{"state", "cannot cut " + path_ + " back to its last commit: " + std::strerror(error)};
+    if (fragment_possible_) {
+      if (::ftruncate(fd_, static_cast<off_t>(durable)) != 0) {
+        const int error = errno;
+        ::close(fd_);
+        fd_ = -1;
+        return Error{"state", "cannot cut " + path_ + " back to its last commit: " + std::strerror(error)};
+      }
+      file_bytes_ = durable;
+      fragment_possible_ = false;
     }
-    file_bytes_ = durable;
   }
   int failure = write_all(fd_, staged_);
   if (failure == 0 && ::fdatasync(fd_) != 0) failure = errno;
@@ -399,10 +410,11 @@ Result<void> StateStore::commit() {
     // Whatever part of the group reached the file must not stay there half
     // written: cut back to what was durable, and keep the group staged.
     if (::ftruncate(fd_, static_cast<off_t>(file_bytes_)) != 0) {
-      // The file now ends in a fragment; reopening it would cut it off as a
-      // torn write, which is what it is. Appending after it would not be safe.
+      // The file now ends in a fragment (a restart would cut it off as a torn
+      // write, which it is); appending after it would not be safe.
       ::close(fd_);
       fd_ = -1;
+      fragment_possible_ = true;
     }
     return Error{"state", "cannot write " + path_ + ": " + std::strerror(failure)};
   }
@@ -440,10 +452,15 @@ std::string StateStore::snapshot() const {
 
 Result<void> StateStore::compact() {
   const std::string text = snapshot();
-  if (auto written = write_file_durably(path_, text, "state"); !written) return written.error();
-  snapshot_bytes_ = text.size();
-  // The old descriptor points at the replaced file.
-  return open_for_append();
+  const auto written = write_file_durably(path_, text, "state");
+  if (written) snapshot_bytes_ = text.size();
+  // Whatever happened, the path now holds either the old file or the
+  // snapshot (a failure after the rename, syncing the directory, leaves the
+  // snapshot), and both hold everything committed; appending must go to that
+  // file, never to an old descriptor of a file renamed over.
+  auto reopened = open_for_append();
+  if (!written) return written.error();
+  return reopened;
 }
 
 }  // namespace k8s4r::agent

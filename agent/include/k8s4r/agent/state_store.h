@@ -120,7 +120,8 @@ class StateStore {
   std::uint64_t file_bytes_ = 0;
   std::uint64_t snapshot_bytes_ = 0;
   std::uint64_t syncs_ = 0;
-  int last_errno_ = 0;  // of the last commit; 0 when it succeeded
+  int last_errno_ = 0;              // of the last commit; 0 when it succeeded
+  bool fragment_possible_ = false;  // a failed commit could not cut its partial write off
 };
 
 }  // namespace k8s4r::agent
