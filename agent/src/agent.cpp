@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <pwd.h>
 #include <unistd.h>
+#include <array>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -72,20 +73,67 @@ TaskStatus failure(std::string reason, std::string event, std::string message) {
   return status;
 }
 
-// A task uid from a dispatch that did not parse, when one can be read safely.
+// A task uid from a dispatch that did not parse, when one can be read safely:
+// task.metadata.uid, found by a SAX pass that keeps nothing but the path to
+// it, so even a payload nesting far deeper than any message may is read
+// without building (and recursing through) its tree.
+class TaskUidReader final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::optional<std::string> uid;
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool string(string_t& value) override {
+    if (at_uid()) uid = value;
+    return true;
+  }
+  bool start_object(std::size_t) override { return open(true); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& value) override {
+    if (depth_ <= kPath.size()) keys_[depth_ - 1] = value;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  static constexpr std::array<std::string_view, 3> kPath{"task", "metadata", "uid"};
+  bool open(bool object) {
+    ++depth_;
+    if (depth_ <= kPath.size()) {
+      objects_[depth_ - 1] = object;
+      keys_[depth_ - 1].clear();
+    }
+    return true;
+  }
+  bool close() {
+    --depth_;
+    return true;
+  }
+  bool at_uid() const {
+    if (depth_ != kPath.size()) return false;
+    for (std::size_t i = 0; i < kPath.size(); ++i) {
+      if (!objects_[i] || keys_[i] != kPath[i]) return false;
+    }
+    return true;
+  }
+  std::size_t depth_ = 0;
+  std::array<bool, 3> objects_{};
+  std::array<std::string, 3> keys_;
+};
+
 std::optional<std::string> readable_task_uid(const std::string& payload) {
   if (payload.size() > kMaxPayloadBytes) return std::nullopt;
-  const auto document = nlohmann::json::parse(payload, nullptr, false);
-  if (document.is_discarded() || !document.is_object()) return std::nullopt;
-  const auto task = document.find("task");
-  if (task == document.end() || !task->is_object()) return std::nullopt;
-  const auto metadata = task->find("metadata");
-  if (metadata == task->end() || !metadata->is_object()) return std::nullopt;
-  const auto uid = metadata->find("uid");
-  if (uid == metadata->end() || !uid->is_string()) return std::nullopt;
-  const std::string text = uid->get<std::string>();
-  if (!validate_identifier(text)) return std::nullopt;
-  return text;
+  TaskUidReader reader;
+  if (!nlohmann::json::sax_parse(payload, &reader) || !reader.uid || !validate_identifier(*reader.uid)) {
+    return std::nullopt;
+  }
+  return reader.uid;
 }
 
 }  // namespace

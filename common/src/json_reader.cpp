@@ -1,5 +1,7 @@
 #include "json_reader.h"
 
+#include "k8s4r/common/json_depth.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -43,6 +45,11 @@ Result<json> parse_json_object(std::string_view payload, std::size_t max_bytes) 
   if (payload.size() > max_bytes) {
     return Error{
         "", "payload is " + std::to_string(payload.size()) + " bytes, over the limit of " + std::to_string(max_bytes)};
+  }
+  // Refused before parsing: keeping, comparing or re-serialising a value
+  // recurses once per level, and a deep enough one would end the process.
+  if (json_nested_deeper_than(payload)) {
+    return Error{"", "payload nests deeper than " + std::to_string(kMaxProtocolJsonDepth) + " levels"};
   }
   // No exceptions: a parse failure gives a discarded value. nlohmann rejects
   // invalid UTF-8 inside strings, so every string we read is valid UTF-8.

@@ -265,10 +265,16 @@ def test_bad_dispatches_are_refused_and_the_agent_keeps_running(bridge, agent):
                                                        restartPolicy={"attempts": 1, "delay": "9223372036854775807ns"})))
     huge = create("t-huge", "/bin/true", env={"BIG": "x" * (10 * 1024 * 1024)})
     bridge.publish(dispatch_topic(), json.dumps(huge))
+    # About 200 KB nested inside the spec, under the size limit: this crashed the agent.
+    deep = json.dumps(create("t-deep", "/bin/true")).replace('"driver"', '"future": ' + "[" * 100000 + "]" * 100000
+                                                             + ', "driver"', 1)
+    bridge.publish(dispatch_topic(), deep)
 
     nospec = bridge.final("t-nospec")
     assert nospec["state"] == "failed" and nospec["reason"] == "InvalidTask" and "spec" in nospec["message"]
     assert bridge.final("t-action")["reason"] == "InvalidTask"
+    deep = bridge.final("t-deep")
+    assert deep["reason"] == "InvalidTask" and "nests deeper than 64 levels" in deep["message"]
     typed = bridge.final("t-type")
     assert typed["reason"] == "InvalidTask" and "timeout" in typed["message"]
     for uid, field in (("t-forever", "timeout"), ("t-delay", "restartPolicy.delay")):

@@ -41,7 +41,7 @@ TEST(Messages, AcceptsAPayloadJustUnderTheLimit) {
 TEST(Messages, SurvivesHostileJson) {
   // Deep nesting, invalid UTF-8, truncated documents, numbers out of range.
   std::string deep = "{\"robotId\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
-  EXPECT_EQ(parse_presence(deep).error().field, "robotId");
+  EXPECT_EQ(parse_presence(deep).error().message, "payload nests deeper than 64 levels");
   EXPECT_FALSE(parse_presence("{\"robotId\":\"r\xff\",\"online\":true,\"timestamp\":\"2026-01-01T00:00:00Z\"}"));
   EXPECT_FALSE(parse_presence("{\"robotId\":"));
   EXPECT_FALSE(parse_presence(""));
@@ -165,6 +165,28 @@ TEST(Messages, DispatchRelaysWhatItDoesNotModel) {
   EXPECT_EQ(encoded["task"]["spec"]["config"]["dockerConfig"]["image"], "x");
   EXPECT_EQ(encoded["task"]["spec"]["futureField"]["a"], 1);
   EXPECT_EQ(encoded["task"]["metadata"]["generation"], 2);
+}
+
+TEST(Messages, ADispatchNestedDeepInsideWhatItRelaysIsRefusedNotKept) {
+  // The adversarial run's crash: about 200 KB of nesting inside the spec,
+  // under the size limit, kept as an unmodelled field and re-serialised.
+  const std::string payload = R"({"action":"create","task":{"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task",
+      "metadata":{"name":"t","uid":"u1"},"spec":{"driver":"exec",
+      "config":{"execConfig":{"command":"/bin/true"}},"futureField":)" +
+                              std::string(100000, '[') + std::string(100000, ']') + "}}}";
+  ASSERT_LT(payload.size(), kMaxPayloadBytes);
+  const auto dispatch = parse_dispatch(payload);
+  ASSERT_FALSE(dispatch);
+  EXPECT_EQ(dispatch.error().message, "payload nests deeper than 64 levels");
+  // As deep as a real Task gets is fine.
+  std::string nested = "1";
+  for (int i = 0; i < 50; ++i) nested = "[" + nested + "]";
+  const auto shallow =
+      parse_dispatch(R"({"action":"create","task":{"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task",
+      "metadata":{"name":"t","uid":"u1"},"spec":{"driver":"exec",
+      "config":{"execConfig":{"command":"/bin/true"}},"futureField":)" +
+                     nested + "}}}");
+  EXPECT_TRUE(shallow) << shallow.error().field << ": " << shallow.error().message;
 }
 
 TEST(Messages, DeleteNeedsOnlyTheUid) {
