@@ -1,7 +1,8 @@
 // The agent's state.log as its own parser reads it at start: whatever a crash,
 // a bad disk or a hand edit left in the file, opening it gives a store or a
 // refusal, never a crash, a hang or a leak; and what it gives survives a
-// commit and a reopen unchanged (nothing the agent replayed is lost).
+// commit and a reopen unchanged (nothing the agent replayed is lost, and the
+// run clock and highest seq never go back).
 //
 // Each input line gets its correct checksum prepended when the first byte is
 // even, so the fuzzer reaches the records' JSON instead of stopping at the
@@ -69,7 +70,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!store) return 0;
   const auto tasks = store.value().tasks().size();
   const auto queued = store.value().queued_reports();
-  const bool had_it = store.value().find("fuzz-task") != nullptr;
+  const auto* had = store.value().find("fuzz-task");
+  const bool had_it = had != nullptr;
+  const auto finished = store.value().finished_tasks() - (had && had->finished_order != 0 ? 1 : 0);
+  const auto last_seq = store.value().last_seq();
+  const auto clock = store.value().clock();
   // A change on top, committed (which may compact), then what a restart reads.
   store.value().accept("fuzz-task", {{"action", "create"}});
   if (!store.value().commit()) std::abort();
@@ -77,5 +82,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!reopened) std::abort();
   if (reopened.value().tasks().size() != tasks + (had_it ? 0 : 1)) std::abort();
   if (reopened.value().queued_reports() != queued) std::abort();
+  // What only grows did not shrink, and the count of finished tasks held.
+  if (reopened.value().finished_tasks() != finished) std::abort();
+  if (reopened.value().last_seq() != last_seq || reopened.value().clock() != clock) std::abort();
   return 0;
 }

@@ -36,9 +36,10 @@ constexpr auto kMaxRegisterBackoff = 60s;
 // which sends queued messages late (up to a quarter second was measured).
 constexpr std::size_t kMaxInFlightReports = 16;
 constexpr auto kFlushTimeout = 5s;
-// Finished tasks are remembered so a late duplicate dispatch is answered with
-// the task's final state instead of running it again.
-constexpr std::size_t kFinishedTasksKept = 256;
+// Finished tasks kept whole, with their directories (logs) and in register's
+// runningTasks; older ones are remembered by the store alone, until their
+// retention ends.
+constexpr std::size_t kRecentFinishedTasks = 256;
 // Acknowledgements wait this long for company before they are committed.
 constexpr auto kLazyCommitDelay = 200ms;
 // While storage fails, commits are tried again this often.
@@ -146,6 +147,7 @@ Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link,
   auto store = StateStore::open(config_.work_dir, config_.max_queued_reports);
   if (!store) throw std::runtime_error(store.error().message);
   store_ = std::make_unique<StateStore>(std::move(store).value());
+  run_clock_at_start_ = store_->clock();
   artifacts_ = std::make_unique<ArtifactWorker>();
   monitor_ = std::make_unique<Monitor>(
       MonitorCallbacks{[this](const TaskExit& exit) { loop_.post([this, exit] { on_exit(exit); }); },
@@ -194,6 +196,7 @@ std::chrono::nanoseconds Agent::kill_timeout_of(const Task& task) const {
 void Agent::start() {
   restore();
   kill_orphans();
+  forget_expired();
   if (hooks_.watchdog_interval) feed_watchdog();
   spdlog::info("agent {} for robot {}: {} task(s) from state.log, {} report(s) queued", K8S4R_VERSION, config_.robot_id,
                tasks_.size(), store_->queued_reports());
@@ -373,7 +376,7 @@ void Agent::refuse_dispatch(const std::string& payload, const Error& error) {
   const std::string why = error.field.empty() ? error.message : error.field + ": " + error.message;
   spdlog::warn("refused a dispatch: {}", why);
   const auto uid = readable_task_uid(payload);
-  if (!uid || tasks_.count(*uid)) return;  // a task we run keeps its state
+  if (!uid || tasks_.count(*uid) || store_->find(*uid)) return;  // a task we hold keeps its state
   Task& task = tasks_[*uid];
   task.uid = *uid;
   finish(task, failure("InvalidTask", "Refused", why));
@@ -385,6 +388,7 @@ void Agent::on_dispatch(const std::string& payload) {
   const Dispatch& dispatch = parsed.value();
   const std::string& uid = dispatch.task.metadata.uid;
   auto known = tasks_.find(uid);
+  if (known == tasks_.end() && recall_finished(uid)) known = tasks_.find(uid);
 
   if (dispatch.action == DispatchAction::remove) {
     if (known == tasks_.end()) {
@@ -404,9 +408,26 @@ void Agent::on_dispatch(const std::string& payload) {
     // QoS 1 redelivery or a resend: never a second process.
     spdlog::info("task {}: dispatched again; re-reporting its state", uid);
     if (known->second.last_report) report(known->second, *known->second.last_report);
+    prune_finished();  // a task recalled from the store goes back to it
     return;
   }
   create_task(dispatch);
+}
+
+Agent::Task* Agent::recall_finished(const std::string& uid) {
+  const StoredTask* stored = store_->find(uid);
+  if (!stored || stored->finished_order == 0) return nullptr;
+  Task& task = tasks_[uid];
+  task.uid = uid;
+  task.phase = Phase::finished;
+  task.last_seq = stored->last_seq;
+  task.finished_order = stored->finished_order;
+  if (auto last = parse_task_status(stored->last_report); last) {
+    task.last_report = last.value();
+    task.started_at = last.value().started_at;
+    task.earlier_restarts = last.value().restart_count;
+  }
+  return &task;
 }
 
 void Agent::create_task(const Dispatch& dispatch) {
@@ -629,8 +650,11 @@ void Agent::finish(Task& task, TaskStatus status) {
   task.phase = Phase::finished;
   task.finished_order = ++last_finished_order_;
   task.pid = 0;
-  store_->finish(task.uid, task.finished_order);
+  store_->finish(task.uid, task.finished_order, run_clock());
   report(task, std::move(status));
+  // Only the report is needed from now on; a dispatch can be 256 KiB.
+  task.dispatch = nullptr;
+  task.spec = TaskSpec{};
   prune_finished();
   if (shutting_down_) check_shutdown_progress();
 }
@@ -698,8 +722,9 @@ void Agent::report(Task& task, TaskStatus status) {
   status.restart_count = task.earlier_restarts + task.restarts.restart_count();
   status.updated_at = now_utc();
   // seq is written down before any report carries it, so it grows across
-  // restarts of the agent.
-  status.seq = ++task.last_seq;
+  // restarts of the agent. One counter serves every task: a uid forgotten
+  // after its retention and dispatched again still never reuses a seq.
+  status.seq = task.last_seq = store_->last_seq() + 1;
   if (!status.started_at) status.started_at = task.started_at;
   task.last_report = status;
   auto queued =
@@ -751,17 +776,60 @@ void Agent::prune_finished() {
   for (const auto& [uid, task] : tasks_) {
     if (task.phase == Phase::finished) finished.emplace_back(task.finished_order, uid);
   }
-  if (finished.size() <= kFinishedTasksKept) return;
+  if (finished.size() <= kRecentFinishedTasks) return;
   // Oldest first by the order they finished in (persisted), not by the wall
-  // clock, which a robot without an RTC may not have set yet.
+  // clock, which a robot without an RTC may not have set yet. The store still
+  // remembers them.
   std::sort(finished.begin(), finished.end());
-  for (std::size_t i = 0; i + kFinishedTasksKept < finished.size(); ++i) {
+  for (std::size_t i = 0; i + kRecentFinishedTasks < finished.size(); ++i) {
     const std::string& uid = finished[i].second;
     tasks_.erase(uid);
-    store_->forget(uid);
     std::error_code error;
     fs::remove_all(task_dir(uid), error);
   }
+}
+
+std::chrono::nanoseconds Agent::run_clock() const {
+  return run_clock_at_start_ + (std::chrono::steady_clock::now() - started_at_);
+}
+
+void Agent::schedule_retention() {
+  // Often enough that a task is forgotten at most an eighth of the retention
+  // late, and the run clock recorded that often while anything is held.
+  const auto every =
+      std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(config_.finished_task_retention / 8),
+                 std::chrono::milliseconds(100), std::chrono::milliseconds(5min));
+  retention_timer_ = loop_.after(every, [this] {
+    retention_timer_ = 0;
+    forget_expired();
+  });
+}
+
+void Agent::forget_expired() {
+  if (store_->finished_tasks() > 0) {
+    const auto now = run_clock();
+    const auto forgotten = store_->forget_finished(now - config_.finished_task_retention, config_.max_finished_tasks);
+    for (const auto* uids : {&forgotten.expired, &forgotten.evicted}) {
+      for (const std::string& uid : *uids) {
+        tasks_.erase(uid);
+        std::error_code error;
+        fs::remove_all(task_dir(uid), error);
+      }
+    }
+    if (!forgotten.expired.empty()) {
+      spdlog::info("forgot {} task(s) finished more than {} ago", forgotten.expired.size(),
+                   format_go_duration(config_.finished_task_retention));
+    }
+    if (!forgotten.evicted.empty()) {
+      spdlog::warn(
+          "forgot {} finished task(s) before their retention ended: more than max-finished-tasks ({}) finished "
+          "within {}; a dispatch of one of them sent again would run it again",
+          forgotten.evicted.size(), config_.max_finished_tasks, format_go_duration(config_.finished_task_retention));
+    }
+    store_->note_clock(now);
+    request_commit(false);
+  }
+  if (!shutting_down_) schedule_retention();
 }
 
 // ---- restart of the agent -------------------------------------------------------
@@ -769,13 +837,16 @@ void Agent::prune_finished() {
 void Agent::restore() {
   // A copy: finishing a task below changes the store.
   const auto entries = store_->tasks();
+  for (const auto& [uid, entry] : entries) last_finished_order_ = std::max(last_finished_order_, entry.finished_order);
   for (const auto& [uid, entry] : entries) {
+    if (entry.finished_order != 0 && entry.finished_order + kRecentFinishedTasks <= last_finished_order_) {
+      continue;  // not among the most recent: the store alone remembers it
+    }
     Task& task = tasks_[uid];
     task.uid = uid;
     task.last_seq = entry.last_seq;
     task.dispatch = entry.dispatch;
     task.finished_order = entry.finished_order;
-    last_finished_order_ = std::max(last_finished_order_, entry.finished_order);
     if (!entry.last_report.empty()) {
       if (auto last = parse_task_status(entry.last_report); last) {
         task.last_report = last.value();
@@ -868,6 +939,8 @@ void Agent::shutdown() {
   if (hooks_.notify) hooks_.notify("STOPPING=1");
   loop_.cancel(reconnect_timer_);
   reconnect_timer_ = 0;
+  loop_.cancel(retention_timer_);
+  retention_timer_ = 0;
   std::vector<std::string> active;
   for (auto& [uid, task] : tasks_) {
     if (task.phase != Phase::finished) active.push_back(uid);
@@ -892,7 +965,9 @@ void Agent::finish_shutdown() {
   if (shutdown_finished_) return;
   shutdown_finished_ = true;
   // Acknowledgements not yet committed would only be resent after the
-  // restart; committing them here spares the broker that.
+  // restart; committing them here spares the broker that. The run clock too,
+  // so the time this agent ran counts towards the retention.
+  if (store_->finished_tasks() > 0) store_->note_clock(run_clock());
   if (auto committed = store_->commit(); !committed) spdlog::error("{}", committed.error().message);
   if (store_->queued_reports() > 0) {
     spdlog::warn("{} status report(s) not yet acknowledged; they stay queued on disk for the next start",

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +24,11 @@ namespace {
 
 constexpr std::uint64_t kMinCompactBytes = 1 << 20;
 constexpr std::uint64_t kCompactFactor = 4;
+// Beyond these a record is damage, not a value: seqs, ids and orders are
+// JSON-safe integers (2^53) that can grow without overflowing, and the run
+// clock stays far from overflowing when time is added to it.
+constexpr std::int64_t kMaxSeq = std::int64_t{1} << 53;
+constexpr std::int64_t kMaxClockNs = std::int64_t{100} * 366 * 24 * 3600 * 1'000'000'000;  // 100 years
 
 std::string crc_hex(std::string_view text) {
   boost::crc_32_type crc;
@@ -62,6 +68,16 @@ std::optional<T> field(const json& record, const char* name) {
   return it->get<T>();
 }
 
+// A finished task's report as kept for answering a dispatch sent again: all
+// but the logs tail, which can be a hundred times the rest.
+std::string without_logs_tail(const std::string& payload) {
+  if (payload.find("\"logsTail\"") == std::string::npos || json_nested_deeper_than(payload)) return payload;
+  json report = json::parse(payload, nullptr, false);
+  if (report.is_discarded() || !report.is_object()) return payload;
+  report.erase("logsTail");
+  return report.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 }  // namespace
 
 StateStore::StateStore(std::string path, std::size_t capacity) : path_(std::move(path)), capacity_(capacity) {}
@@ -75,6 +91,9 @@ StateStore& StateStore::operator=(StateStore&& other) noexcept {
   capacity_ = other.capacity_;
   fd_ = std::exchange(other.fd_, -1);
   tasks_ = std::move(other.tasks_);
+  finished_ = other.finished_;
+  last_seq_ = other.last_seq_;
+  clock_ = other.clock_;
   reports_ = std::move(other.reports_);
   next_report_id_ = other.next_report_id_;
   first_uncommitted_report_ = other.first_uncommitted_report_;
@@ -191,9 +210,27 @@ Result<void> StateStore::apply(const json& record) {
     if (!uid || uid->empty()) return Error{"state", "a " + *op + " record without uid"};
     return ok();
   };
+  // The task a record is about, counted out of finished_ while it changes.
+  auto task_of = [&]() -> StoredTask& {
+    StoredTask& task = tasks_[*uid];
+    task.uid = *uid;
+    if (task.finished_order != 0) --finished_;
+    return task;
+  };
+  auto done_with = [&](const StoredTask& task) {
+    if (task.finished_order != 0) ++finished_;
+  };
+  for (const auto& [name, limit] : {std::pair{"seq", kMaxSeq}, std::pair{"lastSeq", kMaxSeq}, std::pair{"id", kMaxSeq},
+                                    std::pair{"finishedOrder", kMaxSeq}, std::pair{"clock", kMaxClockNs},
+                                    std::pair{"finishedClock", kMaxClockNs}}) {
+    const auto value = field<std::int64_t>(record, name);
+    if (value && (*value < 0 || *value > limit)) {
+      return Error{"state", "a " + *op + " record whose " + name + " is out of range (" + std::to_string(*value) + ")"};
+    }
+  }
   if (*op == "accept" || *op == "task") {
     if (auto checked = need_uid(); !checked) return checked;
-    StoredTask& task = tasks_[*uid];
+    StoredTask& task = task_of();
     task = StoredTask{};
     task.uid = *uid;
     task.dispatch = record.value("dispatch", json());
@@ -202,14 +239,18 @@ Result<void> StateStore::apply(const json& record) {
     task.last_seq = field<std::int64_t>(record, "lastSeq").value_or(0);
     task.last_report = field<std::string>(record, "lastReport").value_or("");
     task.finished_order = field<std::uint64_t>(record, "finishedOrder").value_or(0);
+    task.finished_clock =
+        std::chrono::nanoseconds(field<std::int64_t>(record, "finishedClock").value_or(clock_.count()));
+    last_seq_ = std::max(last_seq_, task.last_seq);
+    done_with(task);
     return ok();
   }
   if (*op == "process") {
     if (auto checked = need_uid(); !checked) return checked;
-    StoredTask& task = tasks_[*uid];
-    task.uid = *uid;
+    StoredTask& task = task_of();
     task.pid = field<pid_t>(record, "pid").value_or(0);
     task.process_start = field<std::uint64_t>(record, "processStart").value_or(0);
+    done_with(task);
     return ok();
   }
   if (*op == "report" || *op == "queued") {
@@ -223,13 +264,14 @@ Result<void> StateStore::apply(const json& record) {
     }
     if (*op == "report") {
       if (auto checked = need_uid(); !checked) return checked;
-      StoredTask& task = tasks_[*uid];
-      task.uid = *uid;
+      StoredTask& task = task_of();
       const std::int64_t seq = field<std::int64_t>(record, "seq").value_or(0);
       if (seq >= task.last_seq) {
         task.last_seq = seq;
-        task.last_report = *payload;
+        task.last_report = task.finished_order != 0 ? without_logs_tail(*payload) : *payload;
       }
+      last_seq_ = std::max(last_seq_, seq);
+      done_with(task);
     }
     if (id) {
       reports_[*id] = QueuedReport{*id, *topic, *payload};
@@ -239,11 +281,21 @@ Result<void> StateStore::apply(const json& record) {
   }
   if (*op == "finish") {
     if (auto checked = need_uid(); !checked) return checked;
-    StoredTask& task = tasks_[*uid];
-    task.uid = *uid;
+    StoredTask& task = task_of();
     task.finished_order = field<std::uint64_t>(record, "finishedOrder").value_or(0);
+    const auto clock = field<std::int64_t>(record, "clock");
+    task.finished_clock = std::chrono::nanoseconds(clock.value_or(clock_.count()));
+    if (clock) clock_ = std::max(clock_, task.finished_clock);
     task.dispatch = nullptr;  // a finished task needs only its last report
     task.pid = 0;
+    done_with(task);
+    return ok();
+  }
+  if (*op == "clock") {
+    const auto clock = field<std::int64_t>(record, "clock");
+    if (!clock) return Error{"state", "a clock record without clock"};
+    clock_ = std::max(clock_, std::chrono::nanoseconds(*clock));
+    last_seq_ = std::max(last_seq_, field<std::int64_t>(record, "lastSeq").value_or(0));
     return ok();
   }
   if (*op == "ack") {
@@ -254,7 +306,11 @@ Result<void> StateStore::apply(const json& record) {
   }
   if (*op == "forget") {
     if (auto checked = need_uid(); !checked) return checked;
-    tasks_.erase(*uid);
+    const auto it = tasks_.find(*uid);
+    if (it != tasks_.end()) {
+      if (it->second.finished_order != 0) --finished_;
+      tasks_.erase(it);
+    }
     return ok();
   }
   return Error{"state", "a record of unknown op " + *op};
@@ -362,10 +418,38 @@ Result<std::uint64_t> StateStore::report(const std::string& uid, std::int64_t se
   return id;
 }
 
-void StateStore::finish(const std::string& uid, std::uint64_t order) {
-  const json record = {{"op", "finish"}, {"uid", uid}, {"finishedOrder", order}};
+void StateStore::finish(const std::string& uid, std::uint64_t order, std::chrono::nanoseconds clock) {
+  const json record = {{"op", "finish"}, {"uid", uid}, {"finishedOrder", order}, {"clock", clock.count()}};
   static_cast<void>(apply(record));
   stage(record);
+}
+
+void StateStore::note_clock(std::chrono::nanoseconds clock) {
+  if (clock <= clock_) return;
+  const json record = {{"op", "clock"}, {"clock", clock.count()}};
+  static_cast<void>(apply(record));
+  stage(record);
+}
+
+StateStore::Forgotten StateStore::forget_finished(std::chrono::nanoseconds cutoff, std::size_t keep) {
+  Forgotten forgotten;
+  std::vector<std::pair<std::uint64_t, std::string>> kept;  // by the order they finished in
+  for (const auto& [uid, task] : tasks_) {
+    if (task.finished_order == 0) continue;
+    if (task.finished_clock < cutoff) {
+      forgotten.expired.push_back(uid);
+    } else {
+      kept.emplace_back(task.finished_order, uid);
+    }
+  }
+  if (kept.size() > keep) {
+    std::sort(kept.begin(), kept.end());
+    for (std::size_t i = 0; i + keep < kept.size(); ++i) forgotten.evicted.push_back(kept[i].second);
+  }
+  for (const auto* uids : {&forgotten.expired, &forgotten.evicted}) {
+    for (const std::string& uid : *uids) forget(uid);
+  }
+  return forgotten;
 }
 
 void StateStore::forget(const std::string& uid) {
@@ -431,7 +515,9 @@ Result<void> StateStore::commit() {
 }
 
 std::string StateStore::snapshot() const {
-  std::string text;
+  // First, what only grows: forgotten tasks take their seqs with them, and
+  // the next seq must still be above every one of those.
+  std::string text = line_of({{"op", "clock"}, {"clock", clock_.count()}, {"lastSeq", last_seq_}});
   for (const auto& [uid, task] : tasks_) {
     json record = {{"op", "task"},
                    {"uid", uid},
@@ -439,6 +525,7 @@ std::string StateStore::snapshot() const {
                    {"processStart", task.process_start},
                    {"lastSeq", task.last_seq},
                    {"finishedOrder", task.finished_order}};
+    if (task.finished_order != 0) record["finishedClock"] = task.finished_clock.count();
     if (!task.dispatch.is_null()) record["dispatch"] = task.dispatch;
     if (!task.last_report.empty()) record["lastReport"] = task.last_report;
     text += line_of(record);

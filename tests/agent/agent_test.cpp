@@ -50,6 +50,10 @@ class AgentTest : public ::testing::Test {
     config_.broker_url = "tcp://broker.invalid:1883";
     config_.robot_id = "robot-1";
     config_.work_dir = (temp_ / "work").string();
+    make_agent();
+  }
+  void make_agent() {
+    agent_.reset();
     agent_ = std::make_unique<Agent>(config_, loop_, [this](mqtt::LinkEvents events) {
       auto link = std::make_unique<FakeLink>();
       link->events = std::move(events);
@@ -76,6 +80,23 @@ class AgentTest : public ::testing::Test {
         R"({"action":"create","task":{"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task","metadata":{"name":"t","uid":")" +
         uid + R"("},"spec":{"name":"t","driver":"exec","config":{"execConfig":{"command":")" + command + R"("}}}}})";
     link_->events.message("k8s4r/robots/robot-1/tasks/dispatch", payload);
+  }
+
+  std::vector<TaskStatus> reports_for(const std::string& uid) {
+    std::vector<TaskStatus> reports;
+    for (auto* p : link_->status_reports()) {
+      auto status = parse_task_status(p->payload).value();
+      if (status.task_uid == uid) reports.push_back(status);
+    }
+    return reports;
+  }
+
+  bool state_log_mentions(const std::string& text) const {
+    std::ifstream in(fs::path(config_.work_dir) / "state.log");
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(text) != std::string::npos) return true;
+    }
+    return false;
   }
 
   // Reports held durably for the broker, read from the state file as an
@@ -148,6 +169,32 @@ TEST_F(AgentTest, AnAcknowledgementFromAnEarlierConnectionIsIgnored) {
   EXPECT_EQ(queued_on_disk(), 2u);
   for (auto* report : link_->status_reports()) report->done(true, "");
   ASSERT_TRUE(run_until([&] { return queued_on_disk() == 0; }));
+}
+
+TEST_F(AgentTest, AFinishedTaskDispatchedAgainIsAnsweredWithinItsRetentionAndRunsAgainOnlyAfterItWithAHigherSeq) {
+  config_.finished_task_retention = 400ms;
+  make_agent();
+  agent_->start();
+  link_->events.connected();
+  dispatch("t-3", "/bin/true");
+  ASSERT_TRUE(run_until([&] { return reports_for("t-3").size() == 2; }));
+  ASSERT_EQ(reports_for("t-3")[1].state, TaskRunState::completed);
+
+  // Within the retention: the final report again, with a new seq; no process.
+  dispatch("t-3", "/bin/true");
+  ASSERT_TRUE(run_until([&] { return reports_for("t-3").size() == 3; }));
+  EXPECT_EQ(reports_for("t-3")[2].state, TaskRunState::completed);
+  EXPECT_EQ(reports_for("t-3")[2].event, "Exited");
+  EXPECT_EQ(reports_for("t-3")[2].seq, 3);
+
+  // After it, the uid is forgotten (on disk too) and a dispatch is new work;
+  // its seqs go on above every one used before.
+  ASSERT_TRUE(run_until([&] { return state_log_mentions(R"("op":"forget","uid":"t-3")"); }));
+  dispatch("t-3", "/bin/true");
+  ASSERT_TRUE(run_until([&] { return reports_for("t-3").size() == 5; }));
+  EXPECT_EQ(reports_for("t-3")[3].state, TaskRunState::running);
+  EXPECT_EQ(reports_for("t-3")[3].seq, 4);
+  EXPECT_EQ(reports_for("t-3")[4].seq, 5);
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ TEST_F(StateStoreTest, AcknowledgedReportsAndForgottenTasksStayGone) {
     StateStore store = open();
     const auto first = store.report("t1", 1, "topic", "one");
     ASSERT_TRUE(store.report("t2", 1, "topic", "other"));
-    store.finish("t1", 7);
+    store.finish("t1", 7, std::chrono::seconds(1));
     ASSERT_TRUE(store.commit());
     store.acknowledge(first.value());
     store.forget("t2");
@@ -192,6 +192,28 @@ TEST_F(StateStoreTest, ARecordNestedDeeperThanAnyOfOursIsRefusedNotACrash) {
   EXPECT_EQ(fs::file_size(log_path()), 0u);
 }
 
+TEST_F(StateStoreTest, ValuesThatWouldOverflowAreDamageNotAWrap) {
+  auto line_of = [](const std::string& body) {
+    boost::crc_32_type crc;
+    crc.process_bytes(body.data(), body.size());
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(crc.checksum()));
+    return std::string(hex) + '\t' + body + '\n';
+  };
+  const std::string good = line_of(R"({"op":"report","uid":"t1","seq":5,"payload":"x"})");
+  for (const char* bad : {R"({"op":"report","uid":"t1","seq":9223372036854775807,"payload":"y"})",
+                          R"({"op":"clock","clock":9223372036854775000})", R"({"op":"clock","clock":-1})",
+                          R"({"op":"queued","id":18446744073709551615,"topic":"t","payload":"y"})",
+                          R"({"op":"finish","uid":"t1","finishedOrder":1,"clock":9000000000000000000})"}) {
+    std::ofstream(log_path(), std::ios::trunc) << good << line_of(bad);
+    StateStore store = open();
+    EXPECT_EQ(store.last_seq(), 5) << bad;  // the bad record is dropped, the good one kept
+    EXPECT_EQ(store.clock(), std::chrono::nanoseconds(0)) << bad;
+    EXPECT_EQ(store.queued_reports(), 0u) << bad;
+    EXPECT_EQ(fs::file_size(log_path()), good.size()) << bad;
+  }
+}
+
 TEST_F(StateStoreTest, TheFileIsCompactedToItsLiveContent) {
   StateStore store = open();
   store.accept("long-running", {{"action", "create"}, {"task", {{"spec", {{"command", "sleep"}}}}}});
@@ -282,10 +304,92 @@ TEST_F(StateStoreTest, TheLogIsReadableLineByLine) {
   ASSERT_TRUE(store.commit());
   const std::string text = log_text();
   ASSERT_EQ(text.back(), '\n');
-  const auto tab = text.find('\t');
-  ASSERT_EQ(tab, 8u);
-  const auto record = nlohmann::json::parse(text.substr(tab + 1));
-  EXPECT_EQ(record["uid"], "t1");
+  std::istringstream lines(text);
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(lines, line);) {
+    ASSERT_EQ(line.find('\t'), 8u) << line;
+    records.push_back(nlohmann::json::parse(line.substr(9)));
+  }
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0]["op"], "clock");  // a new file starts as a snapshot: what only grows, then the tasks
+  EXPECT_EQ(records[1]["uid"], "t1");
+}
+
+TEST_F(StateStoreTest, FinishedTasksAreForgottenAfterTheirRetentionOnTheRunClockAndTheClockSurvivesAReopen) {
+  using std::chrono::seconds;
+  {
+    StateStore store = open();
+    store.finish("early", 1, seconds(10));
+    store.finish("late", 2, seconds(20));
+    store.accept("running", {{"action", "create"}});
+    EXPECT_EQ(store.finished_tasks(), 2u);
+    const auto forgotten = store.forget_finished(seconds(15), 100);
+    EXPECT_EQ(forgotten.expired, std::vector<std::string>{"early"});
+    EXPECT_TRUE(forgotten.evicted.empty());
+    store.note_clock(seconds(30));
+    store.note_clock(seconds(25));  // the clock never goes back
+    ASSERT_TRUE(store.commit());
+    EXPECT_EQ(store.clock(), seconds(30));
+  }
+  StateStore reopened = open();
+  EXPECT_EQ(reopened.find("early"), nullptr);
+  ASSERT_NE(reopened.find("late"), nullptr);
+  EXPECT_EQ(reopened.find("late")->finished_clock, seconds(20));
+  EXPECT_NE(reopened.find("running"), nullptr);  // a task not finished is never forgotten
+  EXPECT_EQ(reopened.finished_tasks(), 1u);
+  EXPECT_EQ(reopened.clock(), seconds(30));
+}
+
+TEST_F(StateStoreTest, BeyondTheLimitTheTasksThatFinishedFirstAreForgottenFirst) {
+  StateStore store = open();
+  // Orders and clocks disagree on purpose: the order they finished in counts.
+  for (int i = 1; i <= 5; ++i)
+    store.finish("t" + std::to_string(i), static_cast<std::uint64_t>(i), std::chrono::seconds(100 - i));
+  const auto forgotten = store.forget_finished(std::chrono::seconds(0), 2);
+  EXPECT_TRUE(forgotten.expired.empty());
+  EXPECT_EQ(forgotten.evicted, (std::vector<std::string>{"t1", "t2", "t3"}));
+  EXPECT_EQ(store.finished_tasks(), 2u);
+  EXPECT_NE(store.find("t4"), nullptr);
+  EXPECT_NE(store.find("t5"), nullptr);
+}
+
+TEST_F(StateStoreTest, TheHighestSeqOutlivesTheTaskThatHadItThroughACompaction) {
+  StateStore store = open();
+  ASSERT_TRUE(store.report("gone", 41, "topic", "final"));
+  store.finish("gone", 1, std::chrono::seconds(1));
+  store.forget("gone");
+  ASSERT_TRUE(store.commit());
+  EXPECT_EQ(store.last_seq(), 41);
+  // Enough traffic for a snapshot, which holds no record of "gone" at all.
+  const std::string payload(1000, 'x');
+  for (int i = 0; i < 2000; ++i) {
+    const auto id = store.report("other", i + 42, "topic", payload);
+    ASSERT_TRUE(id);
+    store.acknowledge(id.value());
+    ASSERT_TRUE(store.commit());
+  }
+  EXPECT_EQ(log_text().find("\"gone\""), std::string::npos);
+  StateStore reopened = open();
+  EXPECT_EQ(reopened.find("gone"), nullptr);
+  EXPECT_EQ(reopened.last_seq(), 2041);
+  reopened.forget("other");
+  ASSERT_TRUE(reopened.commit());
+  EXPECT_EQ(open().last_seq(), 2041);
+}
+
+TEST_F(StateStoreTest, AFinishedTaskKeepsItsFinalReportWithoutTheLogsTailWhileTheQueueSendsItWhole) {
+  const std::string final_report = R"({"state":"completed","seq":2,"logsTail":")" + std::string(3000, 'y') + R"("})";
+  {
+    StateStore store = open();
+    ASSERT_TRUE(store.report("t1", 1, "topic", R"({"state":"running","seq":1})"));
+    store.finish("t1", 1, std::chrono::seconds(1));
+    ASSERT_TRUE(store.report("t1", 2, "topic", final_report));
+    EXPECT_EQ(store.find("t1")->last_report, R"({"seq":2,"state":"completed"})");
+    ASSERT_TRUE(store.commit());
+  }
+  StateStore reopened = open();
+  EXPECT_EQ(reopened.find("t1")->last_report, R"({"seq":2,"state":"completed"})");
+  EXPECT_EQ(payloads(reopened.oldest(10)).back(), final_report);
 }
 
 }  // namespace

@@ -134,7 +134,13 @@ class Agent {
   // short delay (acknowledgements, which only save a resend after a crash).
   void request_commit(bool urgent = true);
   void commit();
+  // Finished tasks: the most recent stay whole (in tasks_, with their
+  // directories); older ones only in the store, until the retention ends.
   void prune_finished();
+  void schedule_retention();
+  void forget_expired();
+  std::chrono::nanoseconds run_clock() const;
+  Task* recall_finished(const std::string& uid);
 
   AgentConfig config_;
   daemon::EventLoop& loop_;
@@ -157,6 +163,11 @@ class Agent {
   daemon::EventLoop::TimerId reconnect_timer_ = 0, register_timer_ = 0, heartbeat_timer_ = 0, retry_drain_timer_ = 0;
   std::set<std::uint64_t> in_flight_;
   std::uint64_t last_finished_order_ = 0;
+  // The run clock (see StateStore::clock) is the store's at start plus the
+  // steady time since.
+  std::chrono::nanoseconds run_clock_at_start_{0};
+  std::chrono::steady_clock::time_point started_at_ = std::chrono::steady_clock::now();
+  daemon::EventLoop::TimerId retention_timer_ = 0;
   Timestamp connected_at_{};
 
   bool shutting_down_ = false;

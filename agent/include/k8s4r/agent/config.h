@@ -29,8 +29,14 @@ struct AgentConfig {
   std::chrono::nanoseconds default_kill_timeout = std::chrono::seconds(5);  // kill-timeout, when a task sets none
   std::size_t max_log_bytes = 10 * 1024 * 1024;                             // max-log-bytes: per task and stream
   std::size_t max_queued_reports = 10000;  // max-queued-reports: held while the broker is away
-  std::string log_level = "info";          // log-level: trace, debug, info, warn, error
-  std::string config_file;                 // where the file settings came from, if any
+  // finished-task-retention: how long a finished task's uid is remembered (a
+  // dispatch sent again within it is answered with the final report, not run),
+  // counted on the agent's run clock.
+  std::chrono::nanoseconds finished_task_retention = std::chrono::hours(24);
+  std::size_t max_finished_tasks =
+      20000;                       // max-finished-tasks: remembered at most; the oldest beyond are forgotten early
+  std::string log_level = "info";  // log-level: trace, debug, info, warn, error
+  std::string config_file;         // where the file settings came from, if any
 };
 
 // What parse_agent_config made of the command line.

@@ -2,7 +2,14 @@
 // append-only file, WORK_DIR/state.log: for every task it holds, the dispatch
 // it accepted, its process (pid and the kernel's start time of that pid, so a
 // reused pid is not mistaken for ours), the last status seq used and the last
-// report; and every report the broker has not acknowledged yet, in order.
+// report; every report the broker has not acknowledged yet, in order; and the
+// agent's run clock and highest seq, which only grow.
+//
+// Finished tasks stay until the agent forgets them (forget_finished, after
+// its retention), so a dispatch sent again is answered with the final report
+// instead of running twice. What is kept of one is small: its seq, when it
+// finished, and its last report without the logs tail (the report as it was
+// sent, tail included, stays queued until the broker has it).
 //
 // Changes are applied in memory at once and staged; commit() appends every
 // staged change with one write and one fdatasync (group commit: a burst of a
@@ -29,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -41,12 +49,13 @@ namespace k8s4r::agent {
 
 struct StoredTask {
   std::string uid;
-  nlohmann::json dispatch;           // the Dispatch that created it; null once it finished
-  pid_t pid = 0;                     // 0 when no process runs
-  std::uint64_t process_start = 0;   // /proc/<pid>/stat starttime, in clock ticks since boot
-  std::int64_t last_seq = 0;         // the last seq handed out for this task
-  std::string last_report;           // the last TaskStatus made for it, as published ("" before the first)
-  std::uint64_t finished_order = 0;  // when it finished, counting across restarts; 0 while it runs
+  nlohmann::json dispatch;                     // the Dispatch that created it; null once it finished
+  pid_t pid = 0;                               // 0 when no process runs
+  std::uint64_t process_start = 0;             // /proc/<pid>/stat starttime, in clock ticks since boot
+  std::int64_t last_seq = 0;                   // the last seq handed out for this task
+  std::string last_report;                     // the last TaskStatus made for it, as published ("" before the first)
+  std::uint64_t finished_order = 0;            // when it finished, counting across restarts; 0 while it runs
+  std::chrono::nanoseconds finished_clock{0};  // the run clock when it finished
 };
 
 struct QueuedReport {
@@ -71,6 +80,16 @@ class StateStore {
   const StoredTask* find(const std::string& uid) const;
   std::size_t queued_reports() const { return reports_.size(); }
   std::size_t capacity() const { return capacity_; }
+  std::size_t finished_tasks() const { return finished_; }
+  // The highest seq recorded for any task, ever (forgetting a task does not
+  // lower it): a new report's seq is above it, so a uid forgotten and then
+  // dispatched again never reuses a seq.
+  std::int64_t last_seq() const { return last_seq_; }
+  // The agent's run clock as last recorded: how long agents have run on this
+  // work dir, summed over restarts. Retention is measured on it, not on the
+  // wall clock, which a robot may set late or change; time the agent was
+  // down does not count, so nothing is ever forgotten early.
+  std::chrono::nanoseconds clock() const { return clock_; }
   // The oldest queued reports, at most `limit`, in the order they were made;
   // only those already committed unless `uncommitted_too`.
   std::vector<QueuedReport> oldest(std::size_t limit, bool uncommitted_too = false) const;
@@ -82,8 +101,17 @@ class StateStore {
   // queues it for the broker; refused when the queue is full.
   Result<std::uint64_t> report(const std::string& uid, std::int64_t seq, const std::string& topic,
                                const std::string& payload);
-  void finish(const std::string& uid, std::uint64_t order);
+  void finish(const std::string& uid, std::uint64_t order, std::chrono::nanoseconds clock);
   void forget(const std::string& uid);
+  // Records the run clock (it never goes back), so the time since the last
+  // record is not lost to a crash.
+  void note_clock(std::chrono::nanoseconds clock);
+  // Forgets every finished task that finished before `cutoff` on the run
+  // clock (`expired`), then the oldest beyond `keep` (`evicted`).
+  struct Forgotten {
+    std::vector<std::string> expired, evicted;
+  };
+  Forgotten forget_finished(std::chrono::nanoseconds cutoff, std::size_t keep);
   // The broker has it: it leaves the queue.
   void acknowledge(std::uint64_t id);
 
@@ -114,6 +142,9 @@ class StateStore {
   int fd_ = -1;
   std::map<std::string, StoredTask> tasks_;
   std::map<std::uint64_t, QueuedReport> reports_;
+  std::size_t finished_ = 0;  // tasks_ with finished_order != 0
+  std::int64_t last_seq_ = 0;
+  std::chrono::nanoseconds clock_{0};
   std::uint64_t next_report_id_ = 1;
   std::uint64_t first_uncommitted_report_ = 1;  // reports from this id on are staged only
   std::string staged_;                          // records not yet durable, one per line
