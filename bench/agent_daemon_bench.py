@@ -9,6 +9,8 @@ robot runs it. Measures, over --repeats runs side by side:
    first dispatch until every `completed` report arrived.
 3. threads, RSS and CPU: at idle (CPU over --idle-seconds between heartbeats)
    and with 100 and 1,000 tasks running (`sleep`).
+4. with --remember N: RSS and state.log size once N more tasks have finished
+   (all remembered for their retention), and the cost of each in memory.
 
 Usage:
   python3 bench/agent_daemon_bench.py --agent build/bin/k8s4r-agent --repeats 3
@@ -138,6 +140,18 @@ class Run:
         wait_until(lambda: len([u for u in self.final if u.startswith("cyc-")]) == count, 120, "the burst")
         return count / (time.monotonic() - start)
 
+    def remember(self, count):
+        """Runs `count` more /bin/true tasks in bursts of 1,000; returns (RSS KiB before, after, state.log bytes)."""
+        _, before = proc_status(self.agent.pid)
+        for start in range(0, count, 1000):
+            batch = [f"mem-{i}" for i in range(start, min(count, start + 1000))]
+            for uid in batch:
+                self.publish(task(uid, "/bin/true", []))
+            wait_until(lambda: all(uid in self.final for uid in batch), 120, "a batch to finish")
+        time.sleep(0.5)
+        _, after = proc_status(self.agent.pid)
+        return before, after, (self.work / "state.log").stat().st_size
+
     def idle(self, seconds):
         before = cpu_seconds(self.agent.pid)
         time.sleep(seconds)
@@ -178,6 +192,7 @@ def main():
     parser.add_argument("--burst", type=int, default=500)
     parser.add_argument("--idle-seconds", type=float, default=10)
     parser.add_argument("--hold", default="100,1000")
+    parser.add_argument("--remember", type=int, default=0)
     args = parser.parse_args()
     rows = []
     for repeat in range(args.repeats):
@@ -192,6 +207,11 @@ def main():
             row["exec_p50_ms"] = statistics.median(latencies)
             row["exec_p99_ms"] = percentile(latencies, 0.99)
             row["cycles_per_s"] = run.cycles_per_second(args.burst)
+            if args.remember:
+                before, after, log_bytes = run.remember(args.remember)
+                row["remember_rss_kib_before"], row["remember_rss_kib_after"] = before, after
+                row["remember_bytes_each"] = (after - before) * 1024.0 / args.remember
+                row["state_log_bytes"] = log_bytes
             for total in (int(n) for n in args.hold.split(",")):
                 row[f"threads_{total}"], row[f"rss_kib_{total}"] = run.hold(total)
             rows.append(row)

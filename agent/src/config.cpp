@@ -52,7 +52,8 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
        "how long a finished task is remembered, so the same uid dispatched again is answered with its final "
        "report instead of running again (24h; counts time the agent runs)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.finished_task_retention); }},
-      {"max-finished-tasks", "finished tasks remembered at most (about 700 bytes each); beyond, the oldest go early",
+      {"max-finished-tasks",
+       "finished tasks remembered at most (about 1 KB of memory each); beyond, the oldest go early",
        [&c](const std::string& v) { return daemon::parse_positive_size(v, c.max_finished_tasks); }},
       {"log-level", "trace, debug, info, warn or error",
        [&c](const std::string& v) { return daemon::parse_log_level(v, c.log_level); }},
