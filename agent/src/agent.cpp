@@ -278,8 +278,21 @@ void Agent::subscribe() {
                    });
 }
 
+std::optional<StorageError> Agent::storage_error() const {
+  if (!storage_failure_) return std::nullopt;
+  std::string message = *storage_failure_;
+  // At most kMaxStorageErrorMessageCharacters characters, cut between them.
+  std::size_t characters = 0, end = 0;
+  for (; end < message.size(); ++end) {
+    if ((static_cast<unsigned char>(message[end]) & 0xC0) == 0x80) continue;
+    if (++characters > kMaxStorageErrorMessageCharacters) break;
+  }
+  message.resize(end);
+  return StorageError{store_->out_of_space() ? "StorageFull" : "StorageError", std::move(message)};
+}
+
 void Agent::publish_presence(bool online, mqtt::Completion done) {
-  Presence presence{config_.robot_id, online, connected_at_};
+  Presence presence{config_.robot_id, online, connected_at_, online ? storage_error() : std::nullopt};
   link_->publish(topics::presence(config_.robot_id).value(), encode(presence), 1, true,
                  done ? std::move(done) : mqtt::Completion([](bool, const std::string&) {}));
 }
@@ -325,10 +338,19 @@ void Agent::send_heartbeat() {
       }
     }
   }
+  beat.storage_error = storage_error();
   link_->publish(std::string(topics::kHeartbeat), encode(beat), 1, false, [](bool ok, const std::string& error) {
     if (!ok) spdlog::warn("publishing heartbeat failed: {}", error);
   });
   heartbeat_timer_ = loop_.after(config_.heartbeat_interval, [this] { send_heartbeat(); });
+}
+
+void Agent::tell_storage_state() {
+  // At once, not at the next heartbeat: the bridge writes the Robot's
+  // StorageReady condition, and an operator tailing MQTT sees the presence.
+  if (!connected_ || shutting_down_) return;
+  send_heartbeat();
+  publish_presence(true, nullptr);
 }
 
 void Agent::on_message(const std::string& topic, const std::string& payload) {
@@ -690,7 +712,9 @@ void Agent::commit() {
           "{}s)",
           committed.error().message, std::chrono::duration_cast<std::chrono::seconds>(kStorageRetry).count());
     }
+    const auto before = storage_error();
     storage_failure_ = committed.error().message;
+    if (storage_error() != before) tell_storage_state();
     lazy_commit_timer_ = loop_.after(kStorageRetry, [this] {
       lazy_commit_timer_ = 0;
       commit();
@@ -698,6 +722,7 @@ void Agent::commit() {
   } else if (storage_failure_) {
     spdlog::info("the work dir is writable again; everything held in memory is stored");
     storage_failure_.reset();
+    tell_storage_state();
   }
   const auto waiting = std::move(awaiting_commit_);
   awaiting_commit_.clear();

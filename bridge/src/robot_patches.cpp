@@ -29,6 +29,18 @@ crd::Condition connected_condition(bool online) {
           "the agent went offline: it said goodbye, or the broker published its last will"};
 }
 
+constexpr std::string_view kStorageReady = "StorageReady";
+
+crd::Condition storage_condition(const std::optional<StorageError>& error) {
+  if (error) return {std::string(kStorageReady), "False", error->reason, error->message};
+  return {std::string(kStorageReady), "True", "Writable", "the agent stores its state"};
+}
+
+std::string storage_fact(const std::optional<crd::Condition>& condition) {
+  if (!condition || condition->status != "False") return "";
+  return condition->reason + ": " + condition->message;
+}
+
 json running_uids(std::vector<std::string> uids) {
   std::sort(uids.begin(), uids.end());
   return uids;
@@ -100,6 +112,7 @@ HeartbeatFacts facts_of(const Heartbeat& message) {
   std::sort(facts.running_tasks.begin(), facts.running_tasks.end());
   if (message.device_info) facts.capacity = capacity_text(to_json_value(*message.device_info));
   facts.connected = true;
+  if (message.storage_error) facts.storage_error = storage_fact(storage_condition(message.storage_error));
   return facts;
 }
 
@@ -122,16 +135,28 @@ HeartbeatFacts facts_of_robot(const json& robot) {
   const json& device = field(robot, "status", "deviceInfo");
   facts.capacity = device.is_string() ? device.get<std::string>() : capacity_text(device);
   facts.connected = says_connected(&robot);
+  facts.storage_error = storage_fact(crd::find_condition(robot, kStorageReady));
   return facts;
 }
 
 json heartbeat_status_patch(const Heartbeat& message, const json& robot, Timestamp now) {
   json status = {{"lastHeartbeatTime", format_rfc3339(now)}, {"runningTasks", running_uids(message.running_tasks)}};
   if (message.device_info) status["deviceInfo"] = to_json_value(*message.device_info);
+  // Conditions are one list in a merge patch: each change goes onto the
+  // list the one before made.
+  json conditions_of = {{"status", {{"conditions", field(robot, "status", "conditions")}}}};
+  bool conditions_changed = false;
+  auto set = [&](const crd::Condition& condition) {
+    conditions_of["status"]["conditions"] = crd::set_condition(conditions_of, condition, now);
+    conditions_changed = true;
+  };
   if (!says_connected(&robot)) {
     status["connected"] = true;
-    status["conditions"] = crd::set_condition(robot, connected_condition(true), now);
+    set(connected_condition(true));
   }
+  const auto storage = crd::find_condition(robot, kStorageReady);
+  if (message.storage_error || (storage && storage->status != "True")) set(storage_condition(message.storage_error));
+  if (conditions_changed) status["conditions"] = conditions_of["status"]["conditions"];
   return {{"status", status}};
 }
 

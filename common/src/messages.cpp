@@ -105,6 +105,15 @@ std::optional<DeviceInfo> read_optional_device_info(ObjectReader& r) {
   return info;
 }
 
+std::optional<StorageError> read_optional_storage_error(ObjectReader& r) {
+  std::optional<StorageError> error;
+  r.optional_object("storageError", [&](ObjectReader& e) {
+    error = StorageError{e.required_enum("reason", {"StorageFull", "StorageError"}),
+                         e.required_string("message", nullptr, kMaxStorageErrorMessageCharacters)};
+  });
+  return error;
+}
+
 TaskRunState read_task_run_state(ObjectReader& r) {
   return value_of(kTaskRunStates, r.required_enum("state", {"running", "completed", "failed"}));
 }
@@ -169,6 +178,10 @@ void put_optional(json& j, const char* key, const std::optional<T>& value) {
 
 void put_time(json& j, const char* key, const std::optional<Timestamp>& value) {
   if (value) j[key] = format_time(*value);
+}
+
+void put_storage_error(json& j, const std::optional<StorageError>& error) {
+  if (error) j["storageError"] = {{"reason", error->reason}, {"message", error->message}};
 }
 
 void put_duration(json& j, const char* key, const std::optional<std::chrono::nanoseconds>& value) {
@@ -305,6 +318,7 @@ Result<Heartbeat> parse_heartbeat(std::string_view payload) {
     message.timestamp = r.optional_time("timestamp");
     message.running_tasks = r.optional_string_array("runningTasks", check_identifier);
     message.device_info = read_optional_device_info(r);
+    message.storage_error = read_optional_storage_error(r);
     return message;
   });
 }
@@ -392,6 +406,7 @@ Result<Presence> parse_presence(std::string_view payload) {
     message.robot_id = r.required_string("robotId", check_identifier);
     message.online = r.required_bool("online");
     message.timestamp = r.required_time("timestamp");
+    message.storage_error = read_optional_storage_error(r);
     return message;
   });
 }
@@ -433,6 +448,7 @@ json to_json_value(const Heartbeat& message) {
   // Always present, so an operator sees "no tasks" rather than a missing field.
   j["runningTasks"] = message.running_tasks;
   if (message.device_info) j["deviceInfo"] = device_info_json(*message.device_info);
+  put_storage_error(j, message.storage_error);
   return j;
 }
 
@@ -474,7 +490,9 @@ json to_json_value(const TaskStatus& message) {
 }
 
 json to_json_value(const Presence& message) {
-  return {{"robotId", message.robot_id}, {"online", message.online}, {"timestamp", format_time(message.timestamp)}};
+  json j = {{"robotId", message.robot_id}, {"online", message.online}, {"timestamp", format_time(message.timestamp)}};
+  put_storage_error(j, message.storage_error);
+  return j;
 }
 
 std::string encode(const Register& message) { return dump(to_json_value(message)); }

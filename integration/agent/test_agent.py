@@ -410,9 +410,22 @@ def test_a_full_disk_starts_nothing_loses_no_report_and_recovers(broker, bridge,
         done = bridge.final("t-before", timeout=15)
         assert done["state"] == "completed" and done["seq"] > started["seq"]
         assert "no new task starts and reports go out from memory" in agent.log_text()
+        # Said at once, not only in the log: in a heartbeat (the bridge writes the Robot's
+        # StorageReady condition from it) and in the retained presence.
+        beat = bridge.wait_for("k8s4r/heartbeat", lambda m: "storageError" in m, timeout=5)
+        assert beat["storageError"]["reason"] == "StorageFull"
+        assert "No space left on device" in beat["storageError"]["message"]
+        said = bridge.wait_for(PRESENCE, lambda m: "storageError" in m, timeout=5)
+        assert said["online"] and said["storageError"] == beat["storageError"]
 
         (work / "filler").unlink()
         wait_until(lambda: "everything held in memory is stored" in agent.log_text(), 15, "the agent to store its state")
+        beats = len(bridge.on("k8s4r/heartbeat"))
+        wait_until(lambda: any("storageError" not in m for m in bridge.json_on("k8s4r/heartbeat")[beats:]), 5,
+                   "a heartbeat without storageError")
+        presences = len(bridge.on(PRESENCE))
+        wait_until(lambda: any("storageError" not in m for m in bridge.json_on(PRESENCE)[presences - 1:]), 5,
+                   "a presence without storageError")
         bridge.send(create("t-after", "/bin/sh", ["-c", f"echo run >> {marks}/t-after"], **bulky))
         assert bridge.final("t-after")["state"] == "completed"
 

@@ -97,6 +97,27 @@ def test_a_status_from_the_wrong_robot_changes_nothing(sim, robot, bridge, obser
     assert get(sim, "rtask", "mine")["status"]["statusSeq"] < 99
 
 
+def test_a_robot_that_cannot_store_its_state_shows_storage_ready_false_until_it_can(sim, bridge, observer):
+    # A robot played by the test: its heartbeats say what an agent with a full disk says.
+    observer.publish("k8s4r/register", {"robotId": "robot-full", "token": "t", "runningTasks": [],
+                                        "timestamp": "2026-11-24T10:00:00Z"})
+    wait_until(lambda: get(sim, "robot", "robot-full"), 10, "the Robot")
+    problem = {"reason": "StorageFull", "message": "cannot write /var/lib/k8s4r/state.log: No space left on device"}
+
+    def storage_ready():
+        robot = get(sim, "robot", "robot-full") or {}
+        return next((c for c in robot.get("status", {}).get("conditions", []) if c["type"] == "StorageReady"), None)
+
+    observer.publish("k8s4r/heartbeat", {"robotId": "robot-full", "runningTasks": [], "storageError": problem})
+    failing = wait_until(lambda: (c := storage_ready()) and c["status"] == "False" and c, 10, "StorageReady False")
+    assert failing["reason"] == "StorageFull" and failing["message"] == problem["message"]
+    assert bridge.metric("k8s4r_bridge_heartbeat_writes_total", reason="changed") >= 1  # at once, not coalesced
+    described = sim.kubectl("describe", "robot", "robot-full").stdout
+    assert "StorageReady" in described and "No space left on device" in described
+    observer.publish("k8s4r/heartbeat", {"robotId": "robot-full", "runningTasks": []})
+    wait_until(lambda: (c := storage_ready()) and c["status"] == "True", 10, "StorageReady True again")
+
+
 def test_bad_input_is_refused_counted_and_survived(sim, robot, bridge, observer):
     observer.publish("k8s4r/register", b"not json")
     observer.publish("k8s4r/heartbeat", {"robotId": "Robot/1#"})

@@ -116,6 +116,37 @@ TEST(RobotPatches, OnlyRunningTasksCapacityAndConnectionAreUrgentInAHeartbeat) {
   EXPECT_EQ(facts_of_robot(robot), facts_of(working));
 }
 
+TEST(RobotPatches, AnAgentThatCannotStoreItsStateIsWrittenAtOnceAsStorageReadyFalseAndTrueOnceItCanAgain) {
+  const Heartbeat healthy = parse_heartbeat(example("heartbeat/valid-with-tasks.json")).value();
+  const Heartbeat full = parse_heartbeat(example("heartbeat/valid-storage-full.json")).value();
+  ASSERT_TRUE(full.storage_error);
+  EXPECT_NE(facts_of(full), facts_of(healthy)) << "urgent, not coalesced";
+
+  json robot = {{"status", {{"connected", true}}}};
+  // Healthy from the start: no condition is added.
+  EXPECT_FALSE(heartbeat_status_patch(healthy, robot, kNow)["status"].contains("conditions"));
+  robot.merge_patch(heartbeat_status_patch(full, robot, kNow));
+  const auto failing = crd::find_condition(robot, "StorageReady");
+  ASSERT_TRUE(failing);
+  EXPECT_EQ(failing->status, "False");
+  EXPECT_EQ(failing->reason, "StorageFull");
+  EXPECT_EQ(failing->message, "cannot write /var/lib/k8s4r/state.log: No space left on device");
+  EXPECT_EQ(facts_of_robot(robot), facts_of(full));
+
+  robot.merge_patch(heartbeat_status_patch(healthy, robot, kNow + std::chrono::minutes(1)));
+  const auto recovered = crd::find_condition(robot, "StorageReady");
+  ASSERT_TRUE(recovered);
+  EXPECT_EQ(recovered->status, "True");
+  EXPECT_EQ(facts_of_robot(robot), facts_of(healthy));
+  EXPECT_FALSE(heartbeat_status_patch(healthy, robot, kNow)["status"].contains("conditions"));
+
+  // With the Connected condition to set too, both land in the one list.
+  json disconnected = {{"status", {{"connected", false}}}};
+  disconnected.merge_patch(heartbeat_status_patch(full, disconnected, kNow));
+  EXPECT_EQ(crd::find_condition(disconnected, "Connected")->status, "True");
+  EXPECT_EQ(crd::find_condition(disconnected, "StorageReady")->status, "False");
+}
+
 TEST(RobotPatches, PresenceSetsConnectedAndItsCondition) {
   const Presence offline = parse_presence(example("presence/valid-last-will.json")).value();
   json robot = {{"status", {{"connected", true}}}};

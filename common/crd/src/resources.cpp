@@ -113,6 +113,18 @@ RobotView read_robot(const json& robot) {
   return view;
 }
 
+std::optional<Condition> find_condition(const json& object, std::string_view type) {
+  const json* existing = at(object, {"status", "conditions"});
+  if (!existing || !existing->is_array()) return std::nullopt;
+  for (const json& entry : *existing) {
+    if (entry.is_object() && string_at(entry, {"type"}) == type) {
+      return Condition{std::string(type), string_at(entry, {"status"}), string_at(entry, {"reason"}),
+                       string_at(entry, {"message"})};
+    }
+  }
+  return std::nullopt;
+}
+
 json set_condition(const json& object, const Condition& condition, Timestamp now) {
   json conditions = json::array();
   bool found = false;

@@ -103,6 +103,9 @@ class Agent {
   void schedule_reconnect();
   void send_register();
   void send_heartbeat();
+  // Why storage fails, for heartbeat and presence; none while it works.
+  std::optional<StorageError> storage_error() const;
+  void tell_storage_state();
   void on_message(const std::string& topic, const std::string& payload);
   void on_register_response(const std::string& payload);
 

@@ -38,6 +38,7 @@ struct HeartbeatFacts {
   std::vector<std::string> running_tasks;  // sorted
   std::string capacity;                    // capacity_text of the device info; "" when none was sent
   bool connected = false;                  // the Robot says connected
+  std::string storage_error;               // "REASON: message" while the agent cannot store its state
   bool operator==(const HeartbeatFacts&) const = default;
 };
 HeartbeatFacts facts_of(const Heartbeat& message);
@@ -55,9 +56,11 @@ std::optional<Timestamp> last_heartbeat_of(const nlohmann::json& robot);
 // hundred bytes; "" when `device_info` is not an object.
 std::string capacity_text(const nlohmann::json& device_info);
 
-// status: lastHeartbeatTime, runningTasks, deviceInfo when sent, and the
+// status: lastHeartbeatTime, runningTasks, deviceInfo when sent, the
 // Connected condition when the Robot does not say connected (Go K8s4r
-// agents send no presence).
+// agents send no presence), and the StorageReady condition: False with the
+// agent's reason while its heartbeats carry storageError, True once they
+// stop (never added while storage has not failed).
 nlohmann::json heartbeat_status_patch(const Heartbeat& message, const nlohmann::json& robot, Timestamp now);
 
 // status.connected and the Connected condition (reason Online, or LastWill

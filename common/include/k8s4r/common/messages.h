@@ -96,12 +96,22 @@ struct Register {
 };
 
 // k8s4r/heartbeat, agent -> bridge, QoS 1.
+// Why the agent cannot store its state (storageError in heartbeat and
+// presence); absent while it can.
+struct StorageError {
+  std::string reason;   // StorageFull or StorageError, as in the tasks it refuses meanwhile
+  std::string message;  // the error, e.g. "cannot write /var/lib/k8s4r/state.log: No space left on device"
+  bool operator==(const StorageError&) const = default;
+};
+inline constexpr std::size_t kMaxStorageErrorMessageCharacters = 1024;
+
 struct Heartbeat {
   std::string robot_id;
   std::string token;
   std::optional<Timestamp> timestamp;      // absent from Go K8s4r agents
   std::vector<std::string> running_tasks;  // task uids
   std::optional<DeviceInfo> device_info;   // Go K8s4r agents send it on every beat
+  std::optional<StorageError> storage_error;
   bool operator==(const Heartbeat&) const = default;
 };
 
@@ -214,6 +224,7 @@ struct Presence {
   std::string robot_id;
   bool online = false;
   Timestamp timestamp;
+  std::optional<StorageError> storage_error;  // for whoever tails MQTT; the bridge reads it from heartbeats
   bool operator==(const Presence&) const = default;
 };
 

@@ -79,6 +79,8 @@ struct Condition {
 // its status changes, as meta.SetStatusCondition does. The whole list, for a
 // merge patch (which replaces lists).
 nlohmann::json set_condition(const nlohmann::json& object, const Condition& condition, Timestamp now);
+// The condition of `type` in status.conditions; none when absent or not an object.
+std::optional<Condition> find_condition(const nlohmann::json& object, std::string_view type);
 
 // ---- Patches -------------------------------------------------------------------
 
