@@ -11,6 +11,9 @@ robot runs it. Measures, over --repeats runs side by side:
    and with 100 and 1,000 tasks running (`sleep`).
 4. with --remember N: RSS and state.log size once N more tasks have finished
    (all remembered for their retention), and the cost of each in memory.
+5. with --bulky-burst N: N dispatches of ~200 KiB each at once (the size limit
+   is 256 KiB): the time until every one completed and the agent's peak RSS
+   (VmHWM), which is what received messages waiting for the loop cost.
 
 Usage:
   python3 bench/agent_daemon_bench.py --agent build/bin/k8s4r-agent --repeats 3
@@ -62,11 +65,20 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
 
-def task(uid, command, args):
+def task(uid, command, args, env=None):
+    spec = {"name": "bench", "driver": "exec", "config": {"execConfig": {"command": command, "args": args}}}
+    if env:
+        spec["env"] = env
     return json.dumps({"action": "create", "task": {
         "apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Task",
-        "metadata": {"name": uid, "namespace": "default", "uid": uid},
-        "spec": {"name": "bench", "driver": "exec", "config": {"execConfig": {"command": command, "args": args}}}}})
+        "metadata": {"name": uid, "namespace": "default", "uid": uid}, "spec": spec}})
+
+
+def peak_rss_kib(pid):
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
 
 
 class Run:
@@ -152,6 +164,15 @@ class Run:
         _, after = proc_status(self.agent.pid)
         return before, after, (self.work / "state.log").stat().st_size
 
+    def bulky_burst(self, count):
+        """`count` dispatches of ~200 KiB at once; returns (seconds until all completed, peak RSS KiB)."""
+        padding = {"PADDING": "x" * (200 * 1024)}
+        start = time.monotonic()
+        for i in range(count):
+            self.publish(task(f"bulky-{i}", "/bin/true", [], padding))
+        wait_until(lambda: all(f"bulky-{i}" in self.final for i in range(count)), 300, "the bulky burst")
+        return time.monotonic() - start, peak_rss_kib(self.agent.pid)
+
     def idle(self, seconds):
         before = cpu_seconds(self.agent.pid)
         time.sleep(seconds)
@@ -193,6 +214,7 @@ def main():
     parser.add_argument("--idle-seconds", type=float, default=10)
     parser.add_argument("--hold", default="100,1000")
     parser.add_argument("--remember", type=int, default=0)
+    parser.add_argument("--bulky-burst", type=int, default=0)
     args = parser.parse_args()
     rows = []
     for repeat in range(args.repeats):
@@ -207,6 +229,8 @@ def main():
             row["exec_p50_ms"] = statistics.median(latencies)
             row["exec_p99_ms"] = percentile(latencies, 0.99)
             row["cycles_per_s"] = run.cycles_per_second(args.burst)
+            if args.bulky_burst:
+                row["bulky_burst_s"], row["bulky_peak_rss_kib"] = run.bulky_burst(args.bulky_burst)
             if args.remember:
                 before, after, log_bytes = run.remember(args.remember)
                 row["remember_rss_kib_before"], row["remember_rss_kib_after"] = before, after

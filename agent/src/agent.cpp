@@ -36,6 +36,11 @@ constexpr auto kMaxRegisterBackoff = 60s;
 // which sends queued messages late (up to a quarter second was measured).
 constexpr std::size_t kMaxInFlightReports = 16;
 constexpr auto kFlushTimeout = 5s;
+// Bytes of received messages waiting for the loop at most; beyond, Paho's
+// thread waits and the rest stay with the broker. Counted in bytes, not
+// messages: a burst of small dispatches goes through in large batches (one
+// commit each), while sixteen of the largest (256 KiB) fill it.
+constexpr std::size_t kMaxWaitingBytes = 4 << 20;
 // Finished tasks kept whole, with their directories (logs) and in register's
 // runningTasks; older ones are remembered by the store alone, until their
 // retention ends.
@@ -140,7 +145,7 @@ std::optional<std::string> readable_task_uid(const std::string& payload) {
 }  // namespace
 
 Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link, AgentHooks hooks)
-    : config_(std::move(config)), loop_(loop), hooks_(std::move(hooks)) {
+    : config_(std::move(config)), loop_(loop), hooks_(std::move(hooks)), inbox_(kMaxWaitingBytes) {
   std::error_code error;
   fs::create_directories(fs::path(config_.work_dir) / "tasks", error);
   if (error) throw std::runtime_error("work dir " + config_.work_dir + ": " + error.message());
@@ -163,13 +168,20 @@ Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link,
     loop_.post([this, cause] { on_connection_lost(cause); });
   };
   events.message = [this](const std::string& topic, const std::string& payload) {
-    loop_.post([this, topic, payload] { on_message(topic, payload); });
+    const std::size_t bytes = topic.size() + payload.size();
+    inbox_.enter(bytes);  // Paho's thread waits here while the loop is behind
+    loop_.post([this, topic, payload, bytes] {
+      inbox_.leave(bytes);
+      on_message(topic, payload);
+    });
   };
   link_ = make_link(std::move(events));
 }
 
 Agent::~Agent() {
-  // The link's and the monitor's threads stop before the state they post to.
+  // The link's and the monitor's threads stop before the state they post to;
+  // a callback waiting for room in the inbox would hold up the link's teardown.
+  inbox_.close();
   link_.reset();
   monitor_.reset();
   artifacts_.reset();
@@ -958,6 +970,7 @@ void Agent::kill_orphans() {
 void Agent::shutdown() {
   if (shutting_down_) return;
   shutting_down_ = true;
+  inbox_.close();  // a callback waiting for room must not hold up the disconnect
   spdlog::info("shutting down: stopping {} task(s)", std::count_if(tasks_.begin(), tasks_.end(), [](const auto& item) {
                  return item.second.phase != Phase::finished;
                }));

@@ -65,5 +65,21 @@ TEST(Inbox, CloseLetsABlockedSenderThroughSoShutdownNeverWaitsOnIt) {
   EXPECT_EQ(inbox.depth(), 3u);
 }
 
+TEST(Inbox, CountedInBytesAMessageWaitsUntilItFitsAndOneLargerThanTheLimitGoesInAlone) {
+  Inbox inbox(100);
+  inbox.enter(60);
+  auto second = std::async(std::launch::async, [&] { inbox.enter(60); });
+  EXPECT_EQ(second.wait_for(50ms), std::future_status::timeout) << "60 + 60 > 100: waits";
+  inbox.leave(60);
+  ASSERT_EQ(second.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(inbox.depth(), 60u);
+  auto huge = std::async(std::launch::async, [&] { inbox.enter(500); });
+  EXPECT_EQ(huge.wait_for(50ms), std::future_status::timeout) << "not while anything else waits";
+  inbox.leave(60);
+  ASSERT_EQ(huge.wait_for(10s), std::future_status::ready) << "alone, it may exceed the limit";
+  EXPECT_EQ(inbox.depth(), 500u);
+  EXPECT_EQ(inbox.waits(), 2u);
+}
+
 }  // namespace
 }  // namespace k8s4r::daemon

@@ -1,22 +1,26 @@
 #include "k8s4r/daemon/inbox.h"
 
+#include <algorithm>
+
 namespace k8s4r::daemon {
 
-void Inbox::enter() {
+void Inbox::enter(std::size_t units) {
   std::unique_lock lock(mutex_);
-  if (depth_ >= limit_ && !closed_) {
+  // One larger than the whole limit still goes in alone.
+  auto room = [&] { return closed_ || depth_ == 0 || depth_ + units <= limit_; };
+  if (!room()) {
     ++waits_;
-    room_.wait(lock, [this] { return depth_ < limit_ || closed_; });
+    room_.wait(lock, room);
   }
-  ++depth_;
+  depth_ += units;
 }
 
-void Inbox::leave() {
+void Inbox::leave(std::size_t units) {
   {
     std::lock_guard lock(mutex_);
-    if (depth_ > 0) --depth_;
+    depth_ -= std::min(depth_, units);
   }
-  room_.notify_one();
+  room_.notify_all();
 }
 
 void Inbox::close() {

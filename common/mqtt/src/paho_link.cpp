@@ -1,18 +1,32 @@
 // mqtt::Link over Paho MQTT C++ (async_client, MQTT 5), connecting with
 // make_connect_options.
+//
+// Paho's C client calls the message callback with its own mutex held, the
+// one every connect, subscribe and publish takes. A daemon whose callback
+// waits for room in its inbox (backpressure) would then deadlock with its own
+// loop publishing. So the link never calls Paho from the caller's thread:
+// connect, subscribe, publish and disconnect go, in order, to one command
+// thread of the link's, and the caller never waits (but in disconnect()).
 #include "k8s4r/mqtt/connect_options.h"
 #include "k8s4r/mqtt/link.h"
 #include "k8s4r/mqtt/tcp_nodelay.h"
 
 #include <mqtt/async_client.h>
 
+#include <condition_variable>
+#include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
 namespace k8s4r::mqtt {
 
 namespace {
+
+constexpr std::chrono::milliseconds kRoomPoll{5};
+constexpr std::chrono::milliseconds kMaxWaitForRoom{30'000};
 
 class PahoLink final : public Link, private ::mqtt::iaction_listener {
  public:
@@ -37,6 +51,7 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
     client_.set_message_callback([this](::mqtt::const_message_ptr message) {
       if (events_.message) events_.message(message->get_topic(), message->get_payload_str());
     });
+    commander_ = std::thread([this] { run_commands(); });
   }
 
   ~PahoLink() override {
@@ -44,6 +59,13 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
     // switched off first, and the completions still pending are dropped
     // under the lock that finish() takes.
     client_.disable_callbacks();
+    {
+      std::lock_guard lock(commands_mutex_);
+      stopping_ = true;
+      commands_.clear();
+    }
+    commands_ready_.notify_one();
+    commander_.join();
     std::lock_guard lock(mutex_);
     closed_ = true;
     pending_.clear();
@@ -53,11 +75,7 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
     const std::uint64_t id = remember([this](bool ok, const std::string& error) {
       if (!ok && events_.connect_failed) events_.connect_failed(error);
     });
-    try {
-      client_.connect(make_connect_options(settings_), context_of(id), *this);
-    } catch (const ::mqtt::exception& error) {
-      fail(id, error.what());
-    }
+    command(id, [this, id] { client_.connect(make_connect_options(settings_), context_of(id), *this); });
   }
 
   void subscribe(const std::vector<Subscription>& subscriptions, Completion done) override {
@@ -68,31 +86,80 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
       topics->push_back(subscription.filter);
       qoses.push_back(subscription.qos);
     }
-    try {
-      client_.subscribe(topics, qoses, context_of(id), *this);
-    } catch (const ::mqtt::exception& error) {
-      fail(id, error.what());
-    }
+    command(id, [this, id, topics, qoses] { client_.subscribe(topics, qoses, context_of(id), *this); });
   }
 
   void publish(const std::string& topic, const std::string& payload, int qos, bool retain, Completion done) override {
     const std::uint64_t id = remember(std::move(done));
-    try {
+    command(id, [this, id, topic, payload, qos, retain] {
       client_.publish(topic, payload.data(), payload.size(), qos, retain, context_of(id), *this);
-    } catch (const ::mqtt::exception& error) {
-      fail(id, error.what());
-    }
+    });
   }
 
   void disconnect(std::chrono::milliseconds timeout) override {
-    try {
-      client_.disconnect(static_cast<int>(timeout.count()))->wait_for(timeout + std::chrono::seconds(1));
-    } catch (const ::mqtt::exception&) {
-      // Not connected: nothing to close.
-    }
+    // After what was handed over before it has reached Paho (Paho does not
+    // wait for its delivery: a daemon waits for the completions it needs).
+    auto done = std::make_shared<std::promise<void>>();
+    auto finished = done->get_future();
+    command(0, [this, timeout, done] {
+      try {
+        client_.disconnect(static_cast<int>(timeout.count()))->wait_for(timeout + std::chrono::seconds(1));
+      } catch (const ::mqtt::exception&) {
+        // Not connected: nothing to close.
+      }
+      done->set_value();
+    });
+    finished.wait_for(timeout + std::chrono::seconds(2));
   }
 
  private:
+  // Hands a call into Paho to the command thread; a Paho exception fails the
+  // completion `id` (0: none).
+  void command(std::uint64_t id, std::function<void()> call) {
+    {
+      std::lock_guard lock(commands_mutex_);
+      if (stopping_) return;
+      commands_.push_back([this, id, call = std::move(call)] {
+        // Paho holds at most 100 publishes and refuses more; a burst waits
+        // here for room (the commands after it too, so order holds) instead
+        // of failing.
+        for (auto waited = std::chrono::milliseconds(0);; waited += kRoomPoll) {
+          try {
+            call();
+            return;
+          } catch (const ::mqtt::exception& error) {
+            const int code = error.get_return_code();
+            const bool full = code == MQTTASYNC_MAX_BUFFERED_MESSAGES || code == MQTTASYNC_MAX_MESSAGES_INFLIGHT;
+            if (!full || waited >= kMaxWaitForRoom || !pause(kRoomPoll)) {
+              if (id != 0) fail(id, error.what());
+              return;
+            }
+          }
+        }
+      });
+    }
+    commands_ready_.notify_one();
+  }
+
+  // Waits `how_long` unless the link is closing; false when it is.
+  bool pause(std::chrono::milliseconds how_long) {
+    std::unique_lock lock(commands_mutex_);
+    return !commands_ready_.wait_for(lock, how_long, [this] { return stopping_; });
+  }
+
+  void run_commands() {
+    std::unique_lock lock(commands_mutex_);
+    while (true) {
+      commands_ready_.wait(lock, [this] { return stopping_ || !commands_.empty(); });
+      if (stopping_) return;
+      auto next = std::move(commands_.front());
+      commands_.pop_front();
+      lock.unlock();
+      next();
+      lock.lock();
+    }
+  }
+
   static void* context_of(std::uint64_t id) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)); }
 
   std::uint64_t remember(Completion done) {
@@ -136,7 +203,12 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
   bool closed_ = false;
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Completion> pending_;
+  std::mutex commands_mutex_;
+  std::condition_variable commands_ready_;
+  std::deque<std::function<void()>> commands_;
+  bool stopping_ = false;
   ::mqtt::async_client client_;
+  std::thread commander_;  // started last, joined first
 };
 
 }  // namespace

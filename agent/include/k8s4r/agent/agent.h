@@ -29,6 +29,7 @@
 #include "k8s4r/agent/state_store.h"
 #include "k8s4r/common/messages.h"
 #include "k8s4r/daemon/event_loop.h"
+#include "k8s4r/daemon/inbox.h"
 #include "k8s4r/mqtt/link.h"
 
 #include <functional>
@@ -157,6 +158,8 @@ class Agent {
   std::unique_ptr<ArtifactWorker> artifacts_;
   std::unique_ptr<Monitor> monitor_;
   std::unique_ptr<mqtt::Link> link_;
+  // Backpressure on received messages: a burst waits in the broker, not here.
+  daemon::Inbox inbox_;
 
   bool connected_ = false;
   bool ready_notified_ = false;

@@ -2,8 +2,9 @@
 // logic can be driven by a fake in unit tests and by Paho (MQTT 5) for real.
 //
 // Threading: every method may be called from any thread and never blocks,
-// except disconnect(). Callbacks run on the link's own threads (Paho's); a
-// daemon posts them to its event loop and returns at once.
+// except disconnect(), not even while a message callback waits (a daemon's
+// inbox holding Paho's thread back). Callbacks run on the link's own threads
+// (Paho's); a daemon posts them to its event loop and returns at once.
 // Ownership: the link must outlive every callback it was given; destroying it
 // drops the connection without a clean disconnect.
 #pragma once
