@@ -7,13 +7,15 @@ import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import threading
 import time
+import types
 
 import pytest
 
-from agent_support import (ROBOT, Bridge, agent, agent_factory, alive, bridge, count_lines, create, delete,
+from agent_support import (ROBOT, AgentProcess, Bridge, agent, agent_factory, alive, bridge, count_lines, create, delete,
                            dispatch_topic, processes_marked, status_topic, wait_for_file)
 from conftest import Observer, binary, wait_until
 
@@ -82,6 +84,44 @@ def test_clean_shutdown_says_offline_and_exits_zero(bridge, agent):
     assert agent.stop() == 0
     assert bridge.wait_for(PRESENCE, lambda m: m["online"] is False)["robotId"] == ROBOT
     assert "disconnected" in agent.log_text()
+
+
+def test_sigterm_while_a_tls_handshake_hangs_ends_the_agent_cleanly(tmp_path):
+    # The adversarial run: SIGABRT (an uncaught mqtt::exception) in 3 of 3 tries. A "broker" that
+    # accepts TCP and never answers the TLS handshake keeps Paho's connect in progress.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    silent.settimeout(0.2)
+    held, done = [], threading.Event()
+
+    def accept():
+        while not done.is_set():
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                pass
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        for attempt in range(3):
+            agent = AgentProcess(types.SimpleNamespace(url=f"ssl://127.0.0.1:{silent.getsockname()[1]}"),
+                                 tmp_path / f"work-{attempt}")
+            before = len(held)
+            agent.start()
+            try:
+                wait_until(lambda: len(held) > before, 10, "the agent's TCP connection")
+                code = agent.stop()
+                assert code == 0, f"exit {code}: {agent.log_text()[-1500:]}"
+                assert "shutting down" in agent.log_text()
+            finally:
+                agent.cleanup()
+    finally:
+        done.set()
+        thread.join()
+        for connection in held:
+            connection.close()
+        silent.close()
 
 
 # ---- tasks -------------------------------------------------------------------------

@@ -57,8 +57,15 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
   ~PahoLink() override {
     // No callback may run into a half-destroyed link: Paho's C callbacks are
     // switched off first, and the completions still pending are dropped
-    // under the lock that finish() takes.
-    client_.disable_callbacks();
+    // under the lock that finish() takes. Paho refuses to switch them off
+    // while a connect is in progress (a TLS handshake with a broker that does
+    // not answer): then they stay on until the client is destroyed, which
+    // they survive (events_ and mutex_ outlive client_), and a shutdown in
+    // that state ends cleanly instead of throwing out of a destructor.
+    try {
+      client_.disable_callbacks();
+    } catch (const ::mqtt::exception&) {
+    }
     {
       std::lock_guard lock(commands_mutex_);
       stopping_ = true;
