@@ -11,11 +11,14 @@
 #include <spdlog/spdlog.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <unistd.h>
 #include <array>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -149,6 +152,7 @@ Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link,
   std::error_code error;
   fs::create_directories(fs::path(config_.work_dir) / "tasks", error);
   if (error) throw std::runtime_error("work dir " + config_.work_dir + ": " + error.message());
+  lock_work_dir();
   auto store = StateStore::open(config_.work_dir, config_.max_queued_reports);
   if (!store) throw std::runtime_error(store.error().message);
   store_ = std::make_unique<StateStore>(std::move(store).value());
@@ -178,6 +182,32 @@ Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link,
   link_ = make_link(std::move(events));
 }
 
+void Agent::lock_work_dir() {
+  // Two agents on one work dir would both run its tasks and both write
+  // state.log. flock: released by the kernel when the agent dies, however it
+  // dies; close-on-exec, so no task inherits it and outlives the agent with it.
+  const std::string path = (fs::path(config_.work_dir) / "agent.lock").string();
+  lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int why = errno;
+    const std::string holder = read_whole_file(path).value_or("");
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    if (why == EWOULDBLOCK) {
+      throw std::runtime_error("work dir " + config_.work_dir + " is in use by another agent" +
+                               (holder.empty() ? "" : " (pid " + holder.substr(0, holder.find('\n')) + ")") +
+                               "; two agents on one work dir would run its tasks twice");
+    }
+    throw std::runtime_error("cannot lock " + path + ": " + std::strerror(why));
+  }
+  // Who holds it, for the next one's message; the lock itself is the flock.
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) < 0) {
+    spdlog::warn("cannot write this agent's pid into {}: {}", path, std::strerror(errno));
+  }
+}
+
 Agent::~Agent() {
   // The link's and the monitor's threads stop before the state they post to;
   // a callback waiting for room in the inbox would hold up the link's teardown.
@@ -185,6 +215,7 @@ Agent::~Agent() {
   link_.reset();
   monitor_.reset();
   artifacts_.reset();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 std::string Agent::task_dir(const std::string& uid) const {

@@ -529,6 +529,27 @@ def test_after_its_retention_a_finished_task_is_forgotten_and_its_seq_never_reus
     assert all(r["seq"] > final["seq"] for r in rerun)
 
 
+def test_a_second_agent_on_the_same_work_dir_exits_at_once_with_a_clear_error(broker, bridge, agent_factory, tmp_path):
+    work = tmp_path / "shared"
+    first = agent_factory(work_dir=work).start()
+    bridge.wait_for(PRESENCE, lambda m: m["online"])
+    second = agent_factory(robot="robot-two", work_dir=work).start()
+    assert second.process.wait(timeout=10) == 1
+    assert f"work dir {work} is in use by another agent (pid {first.process.pid})" in second.log_text()
+    assert first.running()
+    assert first.stop() == 0
+
+    # Two started at the same moment: exactly one runs.
+    pair = [agent_factory(robot=name, work_dir=work) for name in ("robot-a", "robot-b")]
+    for each in pair:
+        each.start()
+    exited = wait_until(lambda: [each for each in pair if not each.running()] or None, 10, "one of the two to exit")
+    assert len(exited) == 1 and exited[0].process.returncode == 1
+    survivor = next(each for each in pair if each is not exited[0])
+    bridge.wait_for(f"k8s4r/robots/{survivor.robot}/presence", lambda m: m["online"])
+    assert survivor.running()
+
+
 def test_dispatch_sent_while_the_agent_is_away_still_arrives(broker, bridge, agent_factory):
     agent = agent_factory().start()
     bridge.wait_for(PRESENCE, lambda m: m["online"])

@@ -94,6 +94,9 @@ class Agent {
     std::uint64_t finished_order = 0;  // 0 until finished; then grows, across restarts
   };
 
+  // Takes WORK_DIR/agent.lock (flock) or throws: one agent per work dir.
+  void lock_work_dir();
+
   // Connection
   void feed_watchdog();
   void connect();
@@ -149,6 +152,7 @@ class Agent {
   AgentConfig config_;
   daemon::EventLoop& loop_;
   AgentHooks hooks_;
+  int lock_fd_ = -1;  // WORK_DIR/agent.lock, held while the agent lives
   std::unique_ptr<StateStore> store_;
   bool commit_posted_ = false;
   daemon::EventLoop::TimerId lazy_commit_timer_ = 0;
