@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <array>
 #include <csignal>
@@ -152,6 +153,11 @@ Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link,
   std::error_code error;
   fs::create_directories(fs::path(config_.work_dir) / "tasks", error);
   if (error) throw std::runtime_error("work dir " + config_.work_dir + ": " + error.message());
+  // Traversable, not listable: a task's user reaches its own directory (0700)
+  // and no other user learns which tasks ran.
+  fs::permissions(fs::path(config_.work_dir) / "tasks",
+                  fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec, error);
+  if (error) throw std::runtime_error("work dir " + config_.work_dir + "/tasks: " + error.message());
   lock_work_dir();
   auto store = StateStore::open(config_.work_dir, config_.max_queued_reports);
   if (!store) throw std::runtime_error(store.error().message);
@@ -516,21 +522,34 @@ void Agent::create_task(const Dispatch& dispatch) {
     return refuse("UnsupportedDriver",
                   "driver " + std::string(to_string(task.spec.driver)) + " is not supported; use exec or raw_exec");
   }
-  if (!task.spec.user.empty()) {
-    const passwd* user = getpwnam(task.spec.user.c_str());
-    if (!user) return refuse("InvalidTask", "spec.user " + task.spec.user + " does not exist on this robot");
+  // spec.user, else the configured task-user, else the agent's own user.
+  const std::string user_name = task.spec.user.empty() ? config_.task_user : task.spec.user;
+  const std::string whose = task.spec.user.empty() ? "task-user " : "spec.user ";
+  uid_t runs_as = geteuid();
+  if (!user_name.empty()) {
+    const passwd* user = getpwnam(user_name.c_str());
+    if (!user) return refuse("InvalidTask", whose + user_name + " does not exist on this robot");
     if (geteuid() != 0 && user->pw_uid != geteuid()) {
-      return refuse("InvalidTask", "spec.user " + task.spec.user + " needs the agent to run as root");
+      return refuse("InvalidTask", whose + user_name + " needs the agent to run as root");
     }
-    if (geteuid() == 0) task.run_as = RunAs{user->pw_uid, user->pw_gid};
+    if (geteuid() == 0) task.run_as = RunAs{user->pw_uid, user->pw_gid, user_name};
+    runs_as = user->pw_uid;
+  }
+  if (runs_as == 0 && !config_.allow_root_tasks) {
+    return refuse("InvalidTask",
+                  "this robot runs no task as root (allow-root-tasks is false); set spec.user to another user");
   }
 
   std::error_code error;
   fs::remove_all(task_dir(uid), error);
   fs::create_directories(task_dir(uid), error);
   if (error) return refuse("StartFailed", "cannot create the task directory: " + error.message());
+  // The task's own: its user's, and no one else's (its logs, its artifacts).
+  if (::chmod(task_dir(uid).c_str(), 0700) != 0) {
+    return refuse("StartFailed", "cannot make the task directory private: " + std::string(std::strerror(errno)));
+  }
   if (task.run_as && chown(task_dir(uid).c_str(), task.run_as->uid, task.run_as->gid) != 0) {
-    return refuse("StartFailed", "cannot give the task directory to " + task.spec.user);
+    return refuse("StartFailed", "cannot give the task directory to " + task.run_as->name);
   }
   // Nothing starts before the agent's memory of it is durable: a restart
   // must know the task, or a dispatch sent again would run it twice.
@@ -545,7 +564,9 @@ void Agent::begin(Task& task) {
   const std::string uid = task.uid;
   if (task.spec.artifacts.empty()) return start_process(task);
   task.phase = Phase::fetching;
-  artifacts_->fetch(task.spec.artifacts, task_dir(uid), [this, uid](Result<void> outcome) {
+  std::optional<ReadAs> read_as;
+  if (task.run_as) read_as = ReadAs{task.run_as->uid, task.run_as->gid};
+  artifacts_->fetch(task.spec.artifacts, task_dir(uid), read_as, [this, uid](Result<void> outcome) {
     loop_.post([this, uid, outcome = std::move(outcome)]() mutable { on_artifacts(uid, std::move(outcome)); });
   });
 }
@@ -563,7 +584,7 @@ void Agent::on_artifacts(const std::string& uid, Result<void> outcome) {
     std::error_code error;
     for (const auto& item : fs::recursive_directory_iterator(task_dir(uid), error)) {
       if (lchown(item.path().c_str(), task.run_as->uid, task.run_as->gid) != 0) {
-        spdlog::warn("task {}: cannot give {} to {}", uid, item.path().string(), task.spec.user);
+        spdlog::warn("task {}: cannot give {} to {}", uid, item.path().string(), task.run_as->name);
       }
     }
   }
@@ -597,7 +618,7 @@ ProcessSpec Agent::process_spec(const Task& task) const {
                      {"--reuid=" + std::to_string(task.run_as->uid), "--regid=" + std::to_string(task.run_as->gid),
                       "--init-groups", "--", exec.command});
     spec.command = "setpriv";
-    spec.env["USER"] = spec.env["LOGNAME"] = task.spec.user;
+    spec.env["USER"] = spec.env["LOGNAME"] = task.run_as->name;
   }
   return spec;
 }

@@ -5,9 +5,16 @@
 #include <curl/curl.h>
 #include <openssl/evp.h>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
@@ -42,6 +49,86 @@ std::size_t write_chunk(char* data, std::size_t size, std::size_t count, void* u
   return std::fwrite(data, 1, bytes, download->file);
 }
 
+// The local path of a file URL ("file:///p", "file://localhost/p"), decoded;
+// none for any other URL.
+std::optional<std::string> file_url_path(const std::string& url) {
+  std::unique_ptr<CURLU, void (*)(CURLU*)> parsed(curl_url(), &curl_url_cleanup);
+  if (!parsed || curl_url_set(parsed.get(), CURLUPART_URL, url.c_str(), 0) != CURLUE_OK) return std::nullopt;
+  char* scheme = nullptr;
+  if (curl_url_get(parsed.get(), CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK) return std::nullopt;
+  const bool is_file = std::string(scheme) == "file";
+  curl_free(scheme);
+  if (!is_file) return std::nullopt;
+  char* path = nullptr;
+  if (curl_url_get(parsed.get(), CURLUPART_PATH, &path, CURLU_URLDECODE) != CURLUE_OK) return std::nullopt;
+  std::string text(path);
+  curl_free(path);
+  return text;
+}
+
+// Copies `path` into `download` as `as` reads it: `setpriv … cat -- PATH`,
+// its output through a pipe. Empty on success; else why (cat's own words).
+std::string read_as_user(const std::string& path, ReadAs as, Download& download, const std::atomic<bool>* cancel) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return std::string("pipe: ") + std::strerror(errno);
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return std::string("pipe: ") + std::strerror(errno);
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  const std::string reuid = "--reuid=" + std::to_string(as.uid), regid = "--regid=" + std::to_string(as.gid);
+  std::vector<std::string> words = {"setpriv", reuid, regid, "--init-groups", "--", "cat", "--", path};
+  std::vector<char*> argv;
+  for (std::string& word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  char* envp[] = {const_cast<char*>("PATH=/usr/bin:/bin"), const_cast<char*>("LC_ALL=C"), nullptr};
+  pid_t pid = 0;
+  const int spawned = posix_spawnp(&pid, "setpriv", &actions, nullptr, argv.data(), envp);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  ::close(err[1]);
+  if (spawned != 0) {
+    ::close(out[0]);
+    ::close(err[0]);
+    return std::string("cannot run setpriv: ") + std::strerror(spawned);
+  }
+  std::string problem;
+  char buffer[65536];
+  for (;;) {
+    if (cancel && cancel->load()) {
+      ::kill(pid, SIGKILL);
+      problem = "cancelled";
+      break;
+    }
+    const ssize_t n = ::read(out[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (write_chunk(buffer, 1, static_cast<std::size_t>(n), &download) != static_cast<std::size_t>(n)) {
+      ::kill(pid, SIGKILL);
+      problem = "cannot write the downloaded file";
+      break;
+    }
+  }
+  std::string said;
+  for (ssize_t n; (n = ::read(err[0], buffer, sizeof buffer)) > 0 && said.size() < 4096;) {
+    said.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(out[0]);
+  ::close(err[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!problem.empty()) return problem;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
+  return said.empty() ? "reading it as the task's user failed" : said;
+}
+
 int on_progress(void* cancel, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   const auto* flag = static_cast<const std::atomic<bool>*>(cancel);
   return flag && flag->load() ? 1 : 0;  // non-zero aborts the transfer
@@ -69,7 +156,33 @@ Result<std::string> artifact_destination(const Artifact& artifact, const std::st
   return target.string();
 }
 
-Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_dir, const std::atomic<bool>* cancel) {
+namespace {
+
+// The downloaded `partial` checked against the expected digest, then renamed
+// to `target`; removed when anything fails.
+Result<void> verify_and_place(const Artifact& artifact, EVP_MD_CTX* digest, const std::string& expected,
+                              const std::string& partial, const std::string& target) {
+  std::error_code error;
+  auto give_up = [&](const std::string& why) -> Result<void> {
+    fs::remove(partial, error);
+    return artifact_error(artifact, why);
+  };
+  if (digest) {
+    unsigned char value[EVP_MAX_MD_SIZE];
+    unsigned int length = 0;
+    EVP_DigestFinal_ex(digest, value, &length);
+    const std::string actual = hex_encode(std::string_view(reinterpret_cast<const char*>(value), length));
+    if (actual != expected) return give_up("checksum mismatch: expected " + expected + ", got " + actual);
+  }
+  fs::rename(partial, target, error);
+  if (error) return give_up("cannot move into place at " + target + ": " + error.message());
+  return ok();
+}
+
+}  // namespace
+
+Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_dir, const std::atomic<bool>* cancel,
+                            std::optional<ReadAs> read_as) {
   auto destination = artifact_destination(artifact, task_dir);
   if (!destination) return destination.error();
   const std::string target = destination.value();
@@ -98,6 +211,21 @@ Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_di
   if (digest) EVP_DigestInit_ex(digest.get(), algorithm, nullptr);
   Download download{file.get(), digest.get()};
 
+  auto give_up = [&](const std::string& why) -> Result<void> {
+    file.reset();
+    fs::remove(partial, error);
+    return artifact_error(artifact, why);
+  };
+  const auto local = read_as ? file_url_path(artifact.getter_source) : std::nullopt;
+  if (local) {
+    const std::string problem = read_as_user(*local, *read_as, download, cancel);
+    if (!problem.empty())
+      return give_up("not readable by the task's user (uid " + std::to_string(read_as->uid) + "): " + problem);
+    if (std::fflush(file.get()) != 0) return give_up("cannot write " + partial);
+    file.reset();
+    return verify_and_place(artifact, digest.get(), expected, partial, target);
+  }
+
   std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), &curl_easy_cleanup);
   char curl_error[CURL_ERROR_SIZE] = {};
   curl_easy_setopt(curl.get(), CURLOPT_URL, artifact.getter_source.c_str());
@@ -120,22 +248,9 @@ Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_di
   const CURLcode code = curl_easy_perform(curl.get());
   const bool written = std::fflush(file.get()) == 0;
   file.reset();
-  auto give_up = [&](const std::string& why) -> Result<void> {
-    fs::remove(partial, error);
-    return artifact_error(artifact, why);
-  };
   if (code != CURLE_OK) return give_up(curl_error[0] ? curl_error : curl_easy_strerror(code));
   if (!written) return give_up("cannot write " + partial);
-  if (digest) {
-    unsigned char value[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    EVP_DigestFinal_ex(digest.get(), value, &length);
-    const std::string actual = hex_encode(std::string_view(reinterpret_cast<const char*>(value), length));
-    if (actual != expected) return give_up("checksum mismatch: expected " + expected + ", got " + actual);
-  }
-  fs::rename(partial, target, error);
-  if (error) return give_up("cannot move into place at " + target + ": " + error.message());
-  return ok();
+  return verify_and_place(artifact, digest.get(), expected, partial, target);
 }
 
 ArtifactWorker::ArtifactWorker() : thread_([this] { loop(); }) {}
@@ -150,11 +265,11 @@ ArtifactWorker::~ArtifactWorker() {
   thread_.join();
 }
 
-void ArtifactWorker::fetch(std::vector<Artifact> artifacts, std::string task_dir,
+void ArtifactWorker::fetch(std::vector<Artifact> artifacts, std::string task_dir, std::optional<ReadAs> read_as,
                            std::function<void(Result<void>)> done) {
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back({std::move(artifacts), std::move(task_dir), std::move(done)});
+    jobs_.push_back({std::move(artifacts), std::move(task_dir), read_as, std::move(done)});
   }
   wake_.notify_one();
 }
@@ -171,7 +286,7 @@ void ArtifactWorker::loop() {
     }
     Result<void> outcome = ok();
     for (const Artifact& artifact : job.artifacts) {
-      outcome = fetch_artifact(artifact, job.task_dir, &cancel_);
+      outcome = fetch_artifact(artifact, job.task_dir, &cancel_, job.read_as);
       if (!outcome) break;
     }
     job.done(std::move(outcome));

@@ -5,6 +5,8 @@
 
 #include <filesystem>
 
+#include <pwd.h>
+
 namespace k8s4r::agent {
 
 namespace {
@@ -55,6 +57,18 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
       {"max-finished-tasks",
        "finished tasks remembered at most (about 1 KB of memory each); beyond, the oldest go early",
        [&c](const std::string& v) { return daemon::parse_positive_size(v, c.max_finished_tasks); }},
+      {"task-user", "the user a task without spec.user runs as (default: the agent's own user)",
+       [&c](const std::string& v) -> ApplyResult {
+         if (v.empty()) {
+           c.task_user.clear();
+           return std::nullopt;
+         }
+         if (!getpwnam(v.c_str())) return "no user '" + v + "' on this machine";
+         c.task_user = v;
+         return std::nullopt;
+       }},
+      {"allow-root-tasks", "true or false: whether a task may run as root (default true)",
+       [&c](const std::string& v) { return daemon::parse_bool(v, c.allow_root_tasks); }},
       {"log-level", "trace, debug, info, warn or error",
        [&c](const std::string& v) { return daemon::parse_log_level(v, c.log_level); }},
   };

@@ -6,9 +6,11 @@ import http.server
 import json
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import types
@@ -285,6 +287,62 @@ def test_artifacts_with_good_and_bad_checksums(bridge, agent, tmp_path, http_fil
                     artifacts=[{"getterSource": f"{url}/tool.sh", "relativeDest": "../../outside"}])
     bridge.send(escape)
     assert "leaves the task directory" in bridge.final("t-art-escape")["message"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs tasks as another user")
+def test_a_task_run_as_another_user_gets_only_what_that_user_may_read(broker, bridge, agent_factory):
+    # The adversarial run: artifacts were fetched as root and handed to the task's user (a file URL
+    # read any file), and task directories were readable by every local user.
+    place = pathlib.Path(tempfile.mkdtemp(prefix="k8s4r-runas-"))
+    agent = None
+    try:
+        place.chmod(0o755)  # pytest's tmp_path is root's alone; nobody must reach the files and its work dir
+        secret, public = place / "secret.txt", place / "public.txt"
+        secret.write_text("root only\n")
+        secret.chmod(0o600)
+        public.write_text("for anyone\n")
+        public.chmod(0o644)
+        agent = agent_factory(work_dir=place / "work").start()
+        bridge.wait_for(PRESENCE, lambda m: m["online"])
+        assert oct(os.stat(place / "work" / "tasks").st_mode & 0o777) == "0o711"
+
+        def artifact(path):
+            return [{"getterSource": f"file://{path}", "relativeDest": "conf/file.txt", "getterMode": "file"}]
+        script = 'cat conf/file.txt; id -un; stat -c %a:%U "$PWD"'
+        bridge.send(create("t-as-nobody", "/bin/sh", ["-c", script], user="nobody", artifacts=artifact(public)))
+        final = bridge.final("t-as-nobody")
+        assert final["state"] == "completed", final
+        assert final["logsTail"] == "for anyone\nnobody\n700:nobody\n"
+
+        bridge.send(create("t-steal", "/bin/sh", ["-c", f"touch {place}/ran"], user="nobody",
+                           artifacts=artifact(secret)))
+        stolen = bridge.final("t-steal")
+        assert stolen["state"] == "failed" and stolen["reason"] == "DownloadFailed", stolen
+        assert "not readable by the task's user" in stolen["message"] and "Permission denied" in stolen["message"]
+        assert "root only" not in json.dumps(bridge.statuses("t-steal"))
+        assert not (place / "ran").exists()
+        assert not list((agent.work_dir / "tasks" / "t-steal").rglob("file.txt*"))
+
+        # The agent's own tasks read with the agent's permissions, as before; their directory is private too.
+        bridge.send(create("t-as-agent", "/bin/sh", ["-c", 'cat conf/file.txt; stat -c %a "$PWD"'],
+                           artifacts=artifact(secret)))
+        assert bridge.final("t-as-agent")["logsTail"] == "root only\n700\n"
+        assert agent.stop() == 0
+
+        # Where the config says so, nothing runs as root: tasks without spec.user run as task-user,
+        # and a task that asks for root is refused.
+        agent = agent_factory(work_dir=place / "work", extra=["--task-user", "nobody",
+                                                               "--allow-root-tasks", "false"]).start()
+        bridge.send(create("t-default-user", "/bin/sh", ["-c", "id -un; echo $USER"]))
+        assert bridge.final("t-default-user")["logsTail"] == "nobody\nnobody\n"
+        bridge.send(create("t-root", "/bin/sh", ["-c", f"touch {place}/ran-as-root"], user="root"))
+        refused = bridge.final("t-root")
+        assert refused["reason"] == "InvalidTask" and "allow-root-tasks is false" in refused["message"], refused
+        assert not (place / "ran-as-root").exists()
+    finally:
+        if agent:
+            agent.stop()
+        shutil.rmtree(place, ignore_errors=True)
 
 
 # ---- bad input -------------------------------------------------------------------------

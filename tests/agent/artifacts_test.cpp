@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <pwd.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -70,6 +73,33 @@ TEST_F(FetchArtifact, NamesTheCauseOfAFailure) {
   weird.getter_options["checksum"] = "crc32:1234";
   EXPECT_NE(fetch_artifact(weird, task_.string()).error().message.find("sha256:HEX"), std::string::npos);
   EXPECT_FALSE(fetch_artifact(artifact("ftp://h/x.bin"), task_.string()));
+}
+
+TEST_F(FetchArtifact, AFileUrlOfATaskRunAsAnotherUserIsReadWithThatUsersPermissions) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to read as another user";
+  const passwd* nobody = ::getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  const ReadAs as{nobody->pw_uid, nobody->pw_gid};
+  fs::permissions(dir_.path(), fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+  fs::permissions(source_, fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read);
+
+  Artifact readable = artifact("file://localhost" + source_.string(), "conf/a.txt", "file");
+  readable.getter_options["checksum"] = "sha256:" + sha256_;
+  ASSERT_TRUE(fetch_artifact(readable, task_.string(), nullptr, as));
+  std::ifstream in(task_ / "conf" / "a.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "hello\n");
+
+  fs::permissions(source_, fs::perms::owner_read | fs::perms::owner_write);  // root's alone
+  auto refused =
+      fetch_artifact(artifact("file://" + source_.string(), "conf/b.txt", "file"), task_.string(), nullptr, as);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("not readable by the task's user"), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("Permission denied"), std::string::npos) << refused.error().message;
+  EXPECT_FALSE(fs::exists(task_ / "conf" / "b.txt"));
+  EXPECT_FALSE(fs::exists(task_ / "conf" / "b.txt.part"));
+  // The agent's own tasks read with the agent's permissions.
+  EXPECT_TRUE(fetch_artifact(artifact("file://" + source_.string(), "conf/c.txt", "file"), task_.string()));
 }
 
 }  // namespace

@@ -62,6 +62,26 @@ TEST_F(AgentConfigTest, ReportsEveryErrorTogether) {
   }
 }
 
+TEST_F(AgentConfigTest, WhoTasksRunAsAndWhetherRootIsAllowed) {
+  const std::vector<std::string> base = {"--broker-url", "tcp://b:1883", "--robot-id", "r"};
+  auto defaults = parse(base);
+  ASSERT_TRUE(defaults.config) << defaults.output;
+  EXPECT_EQ(defaults.config->task_user, "");  // the agent's own user
+  EXPECT_TRUE(defaults.config->allow_root_tasks);
+  auto args = base;
+  args.insert(args.end(), {"--task-user", "nobody", "--allow-root-tasks", "false"});
+  auto locked = parse(args);
+  ASSERT_TRUE(locked.config) << locked.output;
+  EXPECT_EQ(locked.config->task_user, "nobody");
+  EXPECT_FALSE(locked.config->allow_root_tasks);
+  args = base;
+  args.insert(args.end(), {"--task-user", "no-such-user-here", "--allow-root-tasks", "no"});
+  auto bad = parse(args);
+  ASSERT_FALSE(bad.config);
+  EXPECT_NE(bad.output.find("no user 'no-such-user-here'"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("must be true or false, got 'no'"), std::string::npos) << bad.output;
+}
+
 TEST_F(AgentConfigTest, HelpAndVersion) {
   auto help = parse({"--help"});
   EXPECT_EQ(help.exit_code, 0);

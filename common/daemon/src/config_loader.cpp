@@ -146,6 +146,12 @@ ApplyResult parse_positive_duration(const std::string& text, std::chrono::nanose
   return std::nullopt;
 }
 
+ApplyResult parse_bool(const std::string& text, bool& target) {
+  if (text != "true" && text != "false") return "must be true or false, got '" + text + "'";
+  target = text == "true";
+  return std::nullopt;
+}
+
 ApplyResult parse_positive_size(const std::string& text, std::size_t& target) {
   const std::string problem = "must be a positive whole number, got '" + text + "'";
   if (text.empty() || text.size() > 19) return problem;

@@ -73,6 +73,7 @@ class Agent {
   struct RunAs {
     uid_t uid;
     gid_t gid;
+    std::string name;
   };
   struct Task {
     std::string uid, name;
@@ -81,7 +82,7 @@ class Agent {
     Phase phase = Phase::fetching;
     RestartTracker restarts{std::nullopt};
     std::int64_t earlier_restarts = 0;  // made before the agent restarted
-    std::optional<RunAs> run_as;        // spec.user, resolved when accepted (agent running as root)
+    std::optional<RunAs> run_as;        // spec.user or task-user, resolved when accepted (agent running as root)
     pid_t pid = 0;
     std::uint64_t process_start = 0;
     // Set when the agent stopped it: an exit already on its way to the loop

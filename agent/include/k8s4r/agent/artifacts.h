@@ -4,6 +4,10 @@
 // moved into place under the task directory. A failure leaves no partial file
 // behind and names the artifact and the cause.
 //
+// A file URL of a task that runs as another user (spec.user) is read as that
+// user, by `setpriv … cat` (util-linux, coreutils), so a task can never get
+// a file through its artifacts that its user could not read itself.
+//
 // Threading: the functions are blocking and hold no state; the agent runs
 // them on its one download thread (ArtifactWorker) so its loop never waits on
 // the network.
@@ -17,9 +21,12 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/types.h>
 
 namespace k8s4r::agent {
 
@@ -31,8 +38,13 @@ Result<std::string> artifact_destination(const Artifact& artifact, const std::st
 
 // Downloads `artifact` into the task directory and verifies it. Setting
 // `*cancel` aborts a transfer in progress.
+// Whose permissions a file URL is read with; none: the agent's own.
+struct ReadAs {
+  uid_t uid;
+  gid_t gid;
+};
 Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_dir,
-                            const std::atomic<bool>* cancel = nullptr);
+                            const std::atomic<bool>* cancel = nullptr, std::optional<ReadAs> read_as = std::nullopt);
 
 // One thread that fetches tasks' artifacts in order. `done` runs on that
 // thread with the first error, if any.
@@ -43,12 +55,14 @@ class ArtifactWorker {
   ArtifactWorker(const ArtifactWorker&) = delete;
   ArtifactWorker& operator=(const ArtifactWorker&) = delete;
 
-  void fetch(std::vector<Artifact> artifacts, std::string task_dir, std::function<void(Result<void>)> done);
+  void fetch(std::vector<Artifact> artifacts, std::string task_dir, std::optional<ReadAs> read_as,
+             std::function<void(Result<void>)> done);
 
  private:
   struct Job {
     std::vector<Artifact> artifacts;
     std::string task_dir;
+    std::optional<ReadAs> read_as;
     std::function<void(Result<void>)> done;
   };
   void loop();

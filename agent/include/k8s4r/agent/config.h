@@ -34,7 +34,11 @@ struct AgentConfig {
   // counted on the agent's run clock.
   std::chrono::nanoseconds finished_task_retention = std::chrono::hours(24);
   std::size_t max_finished_tasks =
-      20000;                       // max-finished-tasks: remembered at most; the oldest beyond are forgotten early
+      20000;  // max-finished-tasks: remembered at most; the oldest beyond are forgotten early
+  // task-user: who a task without spec.user runs as; "" = the agent's own user.
+  std::string task_user;
+  // allow-root-tasks: false refuses every task that would run as root.
+  bool allow_root_tasks = true;
   std::string log_level = "info";  // log-level: trace, debug, info, warn, error
   std::string config_file;         // where the file settings came from, if any
 };

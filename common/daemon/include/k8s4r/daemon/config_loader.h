@@ -64,6 +64,7 @@ std::string env_name(const std::string& setting_name);
 ApplyResult parse_positive_duration(const std::string& text, std::chrono::nanoseconds& target);
 ApplyResult parse_positive_size(const std::string& text, std::size_t& target);
 ApplyResult parse_log_level(const std::string& text, std::string& target);
+ApplyResult parse_bool(const std::string& text, bool& target);  // "true" or "false"
 ApplyResult parse_broker_url(const std::string& text, std::string& target);
 ApplyResult parse_labels(const std::string& text, std::map<std::string, std::string>& target);
 ApplyResult parse_existing_file(const std::string& text, std::string& target);
