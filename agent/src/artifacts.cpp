@@ -121,9 +121,13 @@ std::string read_as_user(const std::string& path, ReadAs as, Download& download,
   ::close(out[0]);
   ::close(err[0]);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  pid_t waited = 0;
+  do {
+    waited = ::waitpid(pid, &status, 0);
+  } while (waited < 0 && errno == EINTR);
   if (!problem.empty()) return problem;
+  // Never taken for success when its status is unknown.
+  if (waited != pid) return std::string("cannot wait for setpriv: ") + std::strerror(errno);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
   while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
   return said.empty() ? "reading it as the task's user failed" : said;
