@@ -74,6 +74,30 @@ def task(uid, command, args, env=None):
         "metadata": {"name": uid, "namespace": "default", "uid": uid}, "spec": spec}})
 
 
+def shims_memory_kib(agent_pid):
+    """(count, RSS KiB, PSS KiB) summed over the k8s4r-task-shim processes under the agent: each task's parent since
+    issue 12 item 8. PSS splits shared pages (libc, the shim's text) among the processes sharing them, so it is what
+    the shims really add; RSS counts those pages again for each."""
+    count = rss = pss = 0
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "k8s4r-task-shim":
+                continue
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) != agent_pid:
+                continue
+            for line in (entry / "smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1])
+            count += 1
+        except OSError:
+            pass
+    return count, rss, pss
+
+
 def peak_rss_kib(pid):
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -186,7 +210,7 @@ class Run:
             self.publish(task(f"hold-{i}", "sleep", ["3600"]))
         wait_until(lambda: len([u for u in self.running if u.startswith("hold-")]) >= total, 300, f"{total} running")
         time.sleep(0.5)
-        return proc_status(self.agent.pid)
+        return proc_status(self.agent.pid) + shims_memory_kib(self.agent.pid)
 
     def close(self):
         self.agent.send_signal(signal.SIGTERM)
@@ -237,7 +261,8 @@ def main():
                 row["remember_bytes_each"] = (after - before) * 1024.0 / args.remember
                 row["state_log_bytes"] = log_bytes
             for total in (int(n) for n in args.hold.split(",")):
-                row[f"threads_{total}"], row[f"rss_kib_{total}"] = run.hold(total)
+                (row[f"threads_{total}"], row[f"rss_kib_{total}"], row[f"shims_{total}"], row[f"shims_rss_kib_{total}"],
+                 row[f"shims_pss_kib_{total}"]) = run.hold(total)
             rows.append(row)
             ok = True
             print(f"run {repeat + 1}: " + ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"

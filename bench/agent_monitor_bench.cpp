@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < tasks; ++i) {
       // Half ignore SIGTERM (sleep inherits the ignored signal), so SIGKILL is needed.
       auto spec = i % 2 ? program({"/bin/sh", "-c", "trap '' TERM; exec sleep 1000"}) : program({"/bin/sleep", "1000"});
-      if (!monitor.launch("t" + std::to_string(i), spec, std::chrono::milliseconds(timeout_ms(random)), 300ms))
+      if (!monitor.launch("t" + std::to_string(i), spec, std::nullopt, std::chrono::milliseconds(timeout_ms(random)),
+                          300ms))
         return 1;
     }
     exits.wait_for(static_cast<std::size_t>(tasks));
@@ -118,7 +119,9 @@ int main(int argc, char** argv) {
     int running = 0;
     for (int target : {0, 100, 1000}) {
       for (; running < target; ++running) {
-        if (!monitor.launch("s" + std::to_string(running), program({"/bin/sleep", "1000"}), std::nullopt, 1s)) return 1;
+        if (!monitor.launch("s" + std::to_string(running), program({"/bin/sleep", "1000"}), std::nullopt, std::nullopt,
+                            1s))
+          return 1;
       }
       std::this_thread::sleep_for(200ms);
       std::printf("  %4d running tasks: %ld threads, RSS %ld KiB\n", target, status_field("Threads"),
@@ -134,7 +137,7 @@ int main(int argc, char** argv) {
     Monitor monitor({[&](const TaskExit&) { exits.add(); }, nullptr});
     const auto start = Steady::now();
     for (int i = 0; i < cycles; ++i) {
-      if (!monitor.launch("c" + std::to_string(i), program({"/bin/true"}), std::nullopt, 1s)) return 0.0;
+      if (!monitor.launch("c" + std::to_string(i), program({"/bin/true"}), std::nullopt, std::nullopt, 1s)) return 0.0;
       exits.wait_for(static_cast<std::size_t>(i + 1));
     }
     return cycles / std::chrono::duration<double>(Steady::now() - start).count();

@@ -7,11 +7,13 @@
 #include "k8s4r/common/duration.h"
 #include "k8s4r/common/identifiers.h"
 #include "k8s4r/common/topics.h"
+#include "k8s4r/shim/protocol.h"
 
 #include <spdlog/spdlog.h>
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -163,6 +165,7 @@ Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link,
   if (!store) throw std::runtime_error(store.error().message);
   store_ = std::make_unique<StateStore>(std::move(store).value());
   run_clock_at_start_ = store_->clock();
+  set_up_containment();
   artifacts_ = std::make_unique<ArtifactWorker>();
   monitor_ = std::make_unique<Monitor>(
       MonitorCallbacks{[this](const TaskExit& exit) { loop_.post([this, exit] { on_exit(exit); }); },
@@ -221,6 +224,8 @@ Agent::~Agent() {
   link_.reset();
   monitor_.reset();
   artifacts_.reset();
+  // Empty once every task ended; what still runs keeps it for the next start.
+  if (cgroups_) ::rmdir(cgroups_->parent().c_str());
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
@@ -245,6 +250,7 @@ std::chrono::nanoseconds Agent::kill_timeout_of(const Task& task) const {
 void Agent::start() {
   restore();
   kill_orphans();
+  remove_exit_records(true);
   forget_expired();
   if (hooks_.watchdog_interval) feed_watchdog();
   spdlog::info("agent {} for robot {}: {} task(s) from state.log, {} report(s) queued", K8S4R_VERSION, config_.robot_id,
@@ -612,29 +618,42 @@ ProcessSpec Agent::process_spec(const Task& task) const {
   spec.command = exec.command;
   spec.args = exec.args;
   if (task.run_as) {
-    // posix_spawn cannot change user; setpriv (util-linux) does, then execs
-    // the command itself, so the task is still the process group's leader.
-    spec.args.insert(spec.args.begin(),
-                     {"--reuid=" + std::to_string(task.run_as->uid), "--regid=" + std::to_string(task.run_as->gid),
-                      "--init-groups", "--", exec.command});
-    spec.command = "setpriv";
+    // The shim switches to the user, groups first, in the task's process
+    // before the exec: nothing else runs as root with the task's environment.
+    ProcessSpec::User user{task.run_as->uid, task.run_as->gid, {}};
+    int count = 64;
+    std::vector<gid_t> groups(static_cast<std::size_t>(count));
+    if (getgrouplist(task.run_as->name.c_str(), task.run_as->gid, groups.data(), &count) < 0) {
+      groups.resize(static_cast<std::size_t>(count));
+      getgrouplist(task.run_as->name.c_str(), task.run_as->gid, groups.data(), &count);
+    }
+    groups.resize(static_cast<std::size_t>(std::max(count, 0)));
+    user.groups = std::move(groups);
+    spec.user = std::move(user);
     spec.env["USER"] = spec.env["LOGNAME"] = task.run_as->name;
   }
   return spec;
 }
 
 void Agent::start_process(Task& task) {
-  auto pid = monitor_->launch(task.uid, process_spec(task), task.spec.timeout, kill_timeout_of(task));
-  if (!pid) {
-    spdlog::warn("task {}: cannot start: {}", task.uid, pid.error().message);
-    return finish(task, failure("StartFailed", "StartFailed", pid.error().message));
+  auto shim = shim_for(task);
+  auto process =
+      shim ? monitor_->launch(task.uid, process_spec(task), shim.value(), task.spec.timeout, kill_timeout_of(task))
+           : Result<TaskProcess>(shim.error());
+  if (!process) {
+    if (shim && cgroups_) static_cast<void>(cgroups_->destroy(task.uid, 1s));
+    spdlog::warn("task {}: cannot start: {}", task.uid, process.error().message);
+    const std::string& field = process.error().field;
+    const bool storage = field == "StorageFull" || field == "StorageError";
+    return finish(
+        task, failure(storage ? field : "StartFailed", storage ? "Refused" : "StartFailed", process.error().message));
   }
   task.phase = Phase::running;
-  task.pid = pid.value();
-  task.process_start = process_start_time(task.pid).value_or(0);
-  store_->set_process(task.uid, task.pid, task.process_start);
+  task.process = process.value();
+  store_->set_process(task.uid, task.process);
   task.started_at = now_utc();
-  spdlog::info("task {}: started pid {}", task.uid, task.pid);
+  spdlog::info("task {}: started pid {} (shim pid {}{})", task.uid, task.process.pgid, task.process.pid,
+               task.process.cgroup.empty() ? "" : ", cgroup " + task.process.cgroup);
   TaskStatus status;
   status.state = TaskRunState::running;
   status.event = "Started";
@@ -675,14 +694,25 @@ void Agent::on_exit(const TaskExit& exit) {
   auto found = tasks_.find(exit.task_uid);
   if (found == tasks_.end()) return;
   Task& task = found->second;
-  task.pid = 0;
+  if (!task.process.exit_file.empty()) exit_records_done_.push_back(task.process.exit_file);
+  task.process = TaskProcess{};
   if (!exit.status_known) {
-    TaskStatus status = failure(exit.stopped_by ? to_string(*exit.stopped_by) : "AgentRestarted", "Exited",
-                                "ran on across an agent restart and ended; its exit code is unknown, since the "
-                                "restarted agent is not its parent");
+    // An agent before shims started it; or its shim was killed.
+    const bool adopted = exit.unknown_why == "adopted";
+    TaskStatus status = failure(exit.stopped_by ? to_string(*exit.stopped_by)
+                                : adopted       ? "AgentRestarted"
+                                                : "ExitUnknown",
+                                "Exited",
+                                adopted ? "ran on across an agent restart and ended; its exit code is unknown, since "
+                                          "the restarted agent is not its parent"
+                                        : "ended, and its exit code is unknown: " + exit.unknown_why);
     status.finished_at = now_utc();
     status.logs_tail = final_logs_tail(task.uid);
+    spdlog::warn("task {}: {}", task.uid, status.message);
     return finish(task, status);
+  }
+  if (exit.leftovers > 0) {
+    spdlog::info("task {}: {} process(es) it left behind were killed when it ended", task.uid, exit.leftovers);
   }
 
   TaskStatus status;
@@ -715,7 +745,7 @@ void Agent::on_exit(const TaskExit& exit) {
       status.state = TaskRunState::running;
       status.event = "Restarting";
       task.phase = Phase::waiting_restart;
-      store_->set_process(task.uid, 0, 0);
+      store_->set_process(task.uid, TaskProcess{});
       report(task, status);
       const std::string uid = task.uid;
       task.restart_timer = loop_.after(decision.delay, [this, uid] {
@@ -735,7 +765,7 @@ void Agent::on_exit(const TaskExit& exit) {
 void Agent::finish(Task& task, TaskStatus status) {
   task.phase = Phase::finished;
   task.finished_order = ++last_finished_order_;
-  task.pid = 0;
+  task.process = TaskProcess{};
   store_->finish(task.uid, task.finished_order, run_clock());
   report(task, std::move(status));
   // Only the report is needed from now on; a dispatch can be 256 KiB.
@@ -788,6 +818,7 @@ void Agent::commit() {
     storage_failure_.reset();
     tell_storage_state();
   }
+  if (committed) remove_exit_records(false);
   const auto waiting = std::move(awaiting_commit_);
   awaiting_commit_.clear();
   for (const std::string& uid : waiting) {
@@ -953,18 +984,45 @@ void Agent::restore() {
       task.name = dispatch.value().task.metadata.name;
     }
 
-    if (dispatch && entry.pid > 0 && same_process_running(entry.pid, entry.process_start)) {
+    // What follows its end, as before the restart: its restart policy, and
+    // the user it runs as (a user gone meanwhile means no more runs).
+    task.restarts = RestartTracker(task.spec.restart_policy);
+    const std::string user_name = task.spec.user.empty() ? config_.task_user : task.spec.user;
+    if (!user_name.empty() && geteuid() == 0) {
+      if (const passwd* user = getpwnam(user_name.c_str())) {
+        task.run_as = RunAs{user->pw_uid, user->pw_gid, user_name};
+      } else {
+        task.restarts = RestartTracker(std::nullopt);
+      }
+    }
+
+    const TaskProcess& process = entry.process;
+    std::string unwatched;
+    if (dispatch && process.pid > 0 && same_process_running(process.pid, process.start)) {
       // Watch it again until it ends; its timeout still counts from its start.
       auto started = daemon::EventLoop::Clock::now();
       if (task.started_at)
         started -= std::chrono::duration_cast<daemon::EventLoop::Clock::duration>(now_utc() - *task.started_at);
-      if (monitor_->adopt(uid, entry.pid, started, task.spec.timeout, kill_timeout_of(task))) {
+      auto adopted = monitor_->adopt(uid, process, started, task.spec.timeout, kill_timeout_of(task));
+      if (adopted) {
         task.phase = Phase::running;
-        task.pid = entry.pid;
-        task.process_start = entry.process_start;
-        spdlog::info("task {}: pid {} still runs; watching it again", uid, entry.pid);
+        task.process = process;
+        if (process.exit_file.empty()) {
+          spdlog::info("task {}: pid {} still runs; watching it again", uid, process.pid);
+        } else {
+          spdlog::info("task {}: pid {} still runs under its shim (pid {}); watching it again", uid, process.pgid,
+                       process.pid);
+        }
         continue;
       }
+      // Alive, but it cannot be watched (no pidfd): it must not run on unseen.
+      unwatched = adopted.error().message;
+      kill_remains(process);
+      if (!process.exit_file.empty()) kill(process.pid, SIGKILL);
+    }
+    if (unwatched.empty() && dispatch && process.pid > 0 && !process.exit_file.empty()) {
+      restore_ended(task, entry);
+      continue;
     }
     TaskStatus status = task.last_report.value_or(TaskStatus{});
     status.state = TaskRunState::failed;
@@ -973,24 +1031,65 @@ void Agent::restore() {
     status.exit_code.reset();
     status.signal.reset();
     status.finished_at = now_utc();
-    status.message = entry.pid > 0 ? "the agent restarted and the task's process (pid " + std::to_string(entry.pid) +
-                                         ") had ended meanwhile; its exit code is unknown"
-                                   : "the agent restarted before the task's process started";
+    status.message =
+        !unwatched.empty() ? "the agent restarted and could not watch the task again (" + unwatched + "); it was killed"
+        : process.pid > 0  ? "the agent restarted and the task's process (pid " + std::to_string(process.pid) +
+                                ") had ended meanwhile; its exit code is unknown"
+                          : "the agent restarted before the task's process started";
     status.logs_tail = final_logs_tail(uid);
     spdlog::warn("task {}: {}", uid, status.message);
     finish(task, status);
   }
 }
 
+void Agent::restore_ended(Task& task, const StoredTask& entry) {
+  // As if the monitor had seen it end: the exit record says how, and the
+  // restart policy decides what follows, as it would have without the restart.
+  task.phase = Phase::running;
+  task.process = entry.process;
+  TaskExit exit;
+  exit.task_uid = task.uid;
+  exit.exited_at = std::chrono::steady_clock::now();
+  const auto text = read_whole_file(entry.process.exit_file);
+  auto record = text ? shim::parse_exit_record(*text) : Result<shim::ExitRecord>(Error{"", "missing"});
+  if (record) {
+    exit.status = ExitStatus{record.value().exit_code, record.value().signal};
+    exit.leftovers = record.value().leftovers;
+    spdlog::info("task {}: ended while the agent was away ({})", task.uid, describe(exit.status));
+  } else {
+    // The shim is gone and said nothing: killed, or the machine went down.
+    kill_remains(task.process);
+    exit.status_known = false;
+    exit.unknown_why = "its shim (pid " + std::to_string(entry.process.pid) + ") ended while the agent was away " +
+                       "without recording it (" + entry.process.exit_file + ": " + record.error().to_string() + ")";
+  }
+  on_exit(exit);
+}
+
 void Agent::kill_orphans() {
-  // A process that carries our work dir's mark and is no task we watch was
-  // left by an earlier agent (its leader died, or it was spawned just before
-  // a crash): it must not run on unaccounted for.
-  const std::string mark = "K8S4R_AGENT_WORK_DIR=" + config_.work_dir;
+  // What an earlier run of the agent left and no task it holds accounts for
+  // (a leader that died, a task spawned just before a crash, a process that
+  // left its task's process group) must not run on.
+  std::set<std::string> running_cgroups;
   std::set<pid_t> ours;
   for (const auto& [uid, task] : tasks_) {
-    if (task.phase == Phase::running && task.pid > 0) ours.insert(task.pid);
+    if (task.phase != Phase::running || task.process.pid <= 0) continue;
+    ours.insert(task.process.pid);
+    ours.insert(task.process.pgid);
+    if (!task.process.cgroup.empty()) running_cgroups.insert(task.process.cgroup);
   }
+  if (cgroups_) {
+    // Found by cgroup: nothing a task does to itself hides it from this.
+    for (const std::string& name : cgroups_->list()) {
+      if (running_cgroups.count(cgroups_->path_of(name))) continue;
+      spdlog::warn("killing what is left in cgroup {} (task {}): left behind by an earlier run of the agent",
+                   cgroups_->path_of(name), name);
+      if (auto destroyed = cgroups_->destroy(name, 2s); !destroyed) spdlog::error("{}", destroyed.error().message);
+    }
+  }
+  // Found by the mark in the environment: tasks of an agent that ran without
+  // cgroups, and shims (which are in no task cgroup).
+  const std::string mark = "K8S4R_AGENT_WORK_DIR=" + config_.work_dir;
   DIR* proc = opendir("/proc");
   if (!proc) return;
   while (dirent* item = readdir(proc)) {
@@ -1010,11 +1109,84 @@ void Agent::kill_orphans() {
     }
     if (!marked) continue;
     const pid_t group = getpgid(static_cast<pid_t>(pid));
-    if (ours.count(group)) continue;  // part of a task we watch again
+    if (ours.count(group) || ours.count(static_cast<pid_t>(pid))) continue;  // part of a task we watch again
+    if (cgroups_ && cgroups_->holds(static_cast<int>(pid))) continue;        // the sweep above decided
     spdlog::warn("killing pid {} (task {}): left behind by an earlier run of the agent", pid, task_uid);
     kill(static_cast<pid_t>(pid), SIGKILL);
   }
   closedir(proc);
+}
+
+// ---- containment: the task shim and task cgroups ------------------------------------
+
+void Agent::set_up_containment() {
+  exits_dir_ = (fs::path(config_.work_dir) / "exits").string();
+  std::error_code error;
+  fs::create_directories(exits_dir_, error);
+  if (error || ::chmod(exits_dir_.c_str(), 0700) != 0) {
+    throw std::runtime_error("cannot make " + exits_dir_ + ": " + (error ? error.message() : std::strerror(errno)));
+  }
+  shim_path_ = config_.task_shim;
+  if (shim_path_.empty()) {
+    shim_path_ = (fs::read_symlink("/proc/self/exe", error).parent_path() / "k8s4r-task-shim").string();
+  }
+  if (::access(shim_path_.c_str(), X_OK) != 0) {
+    throw std::runtime_error("the task shim " + shim_path_ + " is missing or not executable (" + std::strerror(errno) +
+                             "): install k8s4r-task-shim next to k8s4r-agent, or set task-shim");
+  }
+  if (config_.task_cgroups == "off") {
+    spdlog::info("task-cgroups is off: tasks are contained by process group and their shim only");
+    return;
+  }
+  auto parent = config_.cgroup_parent.empty() ? TaskCgroups::default_parent(config_.work_dir)
+                                              : Result<std::string>(config_.cgroup_parent);
+  auto cgroups = parent ? TaskCgroups::open(parent.value()) : Result<TaskCgroups>(parent.error());
+  if (!cgroups) {
+    if (config_.task_cgroups == "on") {
+      throw std::runtime_error("task-cgroups is on, but " + cgroups.error().message);
+    }
+    spdlog::warn(
+        "tasks get no cgroup ({}); a process a task starts in a new session outlives the task unless it "
+        "stays below the task's shim. Under systemd, give the unit Delegate=yes",
+        cgroups.error().message);
+    return;
+  }
+  cgroups_.emplace(std::move(cgroups).value());
+  spdlog::info("each task runs in a cgroup of its own in {}", cgroups_->parent());
+}
+
+Result<ShimSpec> Agent::shim_for(const Task& task) {
+  ShimSpec shim;
+  shim.path = shim_path_;
+  // One record per run: a run's record may still wait for the commit that
+  // makes its end durable when the next run starts.
+  shim.exit_file = exits_dir_ + "/" + task.uid + "." +
+                   std::to_string(task.earlier_restarts + task.restarts.restart_count()) + ".json";
+  ::unlink(shim.exit_file.c_str());
+  if (cgroups_) {
+    auto cgroup = cgroups_->create(task.uid);
+    if (!cgroup) return cgroup.error();
+    shim.cgroup = cgroup.value();
+  }
+  return shim;
+}
+
+void Agent::remove_exit_records(bool at_start) {
+  if (!at_start) {
+    for (const std::string& path : exit_records_done_) ::unlink(path.c_str());
+    exit_records_done_.clear();
+    return;
+  }
+  // Those of running tasks are still to be read; those read while restoring
+  // go after the next commit.
+  std::set<std::string> needed(exit_records_done_.begin(), exit_records_done_.end());
+  for (const auto& [uid, task] : tasks_) {
+    if (!task.process.exit_file.empty()) needed.insert(task.process.exit_file);
+  }
+  std::error_code error;
+  for (const auto& item : fs::directory_iterator(exits_dir_, error)) {
+    if (!needed.count(item.path().string())) fs::remove(item.path(), error);
+  }
 }
 
 // ---- shutdown ----------------------------------------------------------------------

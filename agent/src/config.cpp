@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include <pwd.h>
+#include <unistd.h>
 
 namespace k8s4r::agent {
 
@@ -69,6 +70,33 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
        }},
       {"allow-root-tasks", "true or false: whether a task may run as root (default true)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.allow_root_tasks); }},
+      {"task-cgroups",
+       "auto, on or off: each task in a cgroup v2 of its own, so nothing it starts escapes it (auto: where the "
+       "agent can make cgroups; on: refuse to start without)",
+       [&c](const std::string& v) -> ApplyResult {
+         if (v != "auto" && v != "on" && v != "off") return "must be auto, on or off, got '" + v + "'";
+         c.task_cgroups = v;
+         return std::nullopt;
+       }},
+      {"cgroup-parent",
+       "the cgroup v2 directory task cgroups are made in (default: k8s4r-tasks.<hash of the work dir> in the "
+       "agent's own cgroup)",
+       [&c](const std::string& v) -> ApplyResult {
+         if (!v.empty() && v.front() != '/') return "must be an absolute path, got '" + v + "'";
+         c.cgroup_parent = v;
+         return std::nullopt;
+       }},
+      {"task-shim", "the k8s4r-task-shim binary each task runs under (default: next to k8s4r-agent)",
+       [&c](const std::string& v) -> ApplyResult {
+         if (v.empty()) {
+           c.task_shim.clear();
+           return std::nullopt;
+         }
+         if (v.front() != '/') return "must be an absolute path, got '" + v + "'";
+         if (access(v.c_str(), X_OK) != 0) return "'" + v + "' is not an executable file";
+         c.task_shim = v;
+         return std::nullopt;
+       }},
       {"log-level", "trace, debug, info, warn or error",
        [&c](const std::string& v) { return daemon::parse_log_level(v, c.log_level); }},
   };

@@ -1,5 +1,9 @@
 #include "k8s4r/agent/monitor.h"
 
+#include "durable_file.h"
+#include "k8s4r/shim/cgroup.h"
+#include "k8s4r/shim/protocol.h"
+
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
@@ -37,7 +41,7 @@ Monitor::~Monitor() {
   std::lock_guard lock(mutex_);
   for (auto& [uid, child] : children_) {
     // Nothing may outlive its monitor unwatched.
-    static_cast<void>(signal_process_group(child.pid, SIGKILL));
+    static_cast<void>(signal_task(child.process, SIGKILL));
     if (!child.adopted) {
       siginfo_t info{};
       waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child.pidfd), &info, WEXITED);
@@ -53,26 +57,65 @@ void Monitor::wake() {
   [[maybe_unused]] const auto written = write(wake_fd_, &one, sizeof one);
 }
 
-Result<pid_t> Monitor::launch(const std::string& task_uid, const ProcessSpec& spec,
-                              std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout) {
+Result<TaskProcess> Monitor::launch(const std::string& task_uid, const ProcessSpec& spec,
+                                    const std::optional<ShimSpec>& shim,
+                                    std::optional<std::chrono::nanoseconds> timeout,
+                                    std::chrono::nanoseconds kill_timeout) {
+  {
+    std::lock_guard lock(mutex_);
+    if (children_.count(task_uid)) return Error{"taskUid", task_uid + " is already running"};
+  }
+  // Started without the lock: waiting for the shim's report must not hold up
+  // the monitor's thread (exits, deadlines). The caller starts one uid once.
+  Child child;
+  if (shim) {
+    auto started = spawn_task(spec, *shim, child.pidfd);
+    if (!started) return started.error();
+    child.process = started.value();
+  } else {
+    auto spawned = spawn_process(spec);
+    if (!spawned) return spawned.error();
+    child.pidfd = spawned.value().pidfd;
+    child.process.pid = child.process.pgid = spawned.value().pid;
+    child.process.start = child.process.task_start = process_start_time(child.process.pid).value_or(0);
+  }
+  const TaskProcess process = child.process;
   std::lock_guard lock(mutex_);
-  if (children_.count(task_uid)) return Error{"taskUid", task_uid + " is already running"};
-  auto spawned = spawn_process(spec);
-  if (!spawned) return spawned.error();
-  const SpawnedProcess process = spawned.value();
-  watch(task_uid, Child{process.pid, process.pidfd, std::nullopt}, std::chrono::steady_clock::now(), timeout,
-        kill_timeout);
-  return process.pid;
+  watch(task_uid, std::move(child), std::chrono::steady_clock::now(), timeout, kill_timeout);
+  return process;
 }
 
-Result<void> Monitor::adopt(const std::string& task_uid, pid_t pid, SteadyTime started,
+Result<void> Monitor::adopt(const std::string& task_uid, const TaskProcess& process, SteadyTime started,
                             std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout) {
   std::lock_guard lock(mutex_);
   if (children_.count(task_uid)) return Error{"taskUid", task_uid + " is already running"};
-  auto pidfd = open_pidfd(pid);
+  auto pidfd = open_pidfd(process.pid);
   if (!pidfd) return pidfd.error();
-  watch(task_uid, Child{pid, pidfd.value(), std::nullopt, true}, started, timeout, kill_timeout);
+  watch(task_uid, Child{process, pidfd.value(), std::nullopt, true}, started, timeout, kill_timeout);
   return ok();
+}
+
+void Monitor::learn_status(Ended& ended) {
+  TaskExit& exit = ended.exit;
+  const std::string& file = ended.process.exit_file;
+  if (file.empty()) {
+    if (!exit.status_known) exit.unknown_why = "adopted";
+    return;
+  }
+  auto text = read_whole_file(file);
+  auto record = text ? shim::parse_exit_record(*text) : Result<shim::ExitRecord>(Error{"", "missing"});
+  if (!record) {
+    // The shim was killed or crashed: its task may run on, and nobody else
+    // removes its cgroup.
+    kill_remains(ended.process);
+    exit.status_known = false;
+    exit.unknown_why = "its shim (pid " + std::to_string(ended.process.pid) + ") ended without recording it (" + file +
+                       ": " + record.error().to_string() + ")";
+    return;
+  }
+  exit.status_known = true;
+  exit.status = ExitStatus{record.value().exit_code, record.value().signal};
+  exit.leftovers = record.value().leftovers;
 }
 
 void Monitor::watch(const std::string& task_uid, Child child, SteadyTime started,
@@ -82,7 +125,7 @@ void Monitor::watch(const std::string& task_uid, Child child, SteadyTime started
   event.data.fd = child.pidfd;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, child.pidfd, &event);
   task_by_fd_[child.pidfd] = task_uid;
-  children_[task_uid] = child;
+  children_[task_uid] = std::move(child);
   schedule_.track(task_uid, started, timeout, kill_timeout);
   wake();  // the nearest deadline may have moved
 }
@@ -133,7 +176,7 @@ void Monitor::loop() {
       std::abort();
     }
 
-    std::vector<TaskExit> exits;
+    std::vector<Ended> exits;
     std::vector<std::pair<SignalAction, std::chrono::nanoseconds>> signals;
     {
       std::lock_guard lock(mutex_);
@@ -151,11 +194,14 @@ void Monitor::loop() {
         // An adopted process is not ours to reap; readable means it ended.
         auto status = child.adopted ? std::optional<ExitStatus>(ExitStatus{}) : reap(fd);
         if (!status) continue;
-        // The task ended with its leader: whatever of its group is left (a
+        // The task ended with its leader: whatever of it is left (a
         // background child, or one that ignored SIGTERM) must not live on
-        // unwatched, nor overlap a restart of the task.
-        static_cast<void>(signal_process_group(child.pid, SIGKILL));
-        exits.push_back({task_uid, *status, child.stopped_by, std::chrono::steady_clock::now(), !child.adopted});
+        // unwatched, nor overlap a restart of the task. A shim does this
+        // itself (learn_status covers a shim that was killed).
+        if (child.process.exit_file.empty()) static_cast<void>(signal_task(child.process, SIGKILL));
+        const bool known = !child.adopted || !child.process.exit_file.empty();
+        exits.push_back(
+            {{task_uid, *status, child.stopped_by, std::chrono::steady_clock::now(), known}, child.process});
         epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
         close(fd);
         task_by_fd_.erase(uid);
@@ -167,7 +213,7 @@ void Monitor::loop() {
         auto child = children_.find(action.task_uid);
         if (child == children_.end()) continue;
         // Only ESRCH can fail for our own child's group, and it means gone.
-        static_cast<void>(signal_process_group(child->second.pid, action.signal));
+        static_cast<void>(signal_task(child->second.process, action.signal));
         if (!child->second.stopped_by) child->second.stopped_by = action.reason;
         signals.emplace_back(action, std::chrono::steady_clock::now() - action.deadline);
       }
@@ -175,8 +221,9 @@ void Monitor::loop() {
     for (const auto& [action, lateness] : signals) {
       if (callbacks_.on_signal) callbacks_.on_signal(action, lateness);
     }
-    for (const TaskExit& exit : exits) {
-      if (callbacks_.on_exit) callbacks_.on_exit(exit);
+    for (Ended& ended : exits) {
+      learn_status(ended);
+      if (callbacks_.on_exit) callbacks_.on_exit(ended.exit);
     }
   }
 }

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 namespace k8s4r::agent {
 
@@ -66,6 +67,42 @@ std::optional<T> field(const json& record, const char* name) {
     if (!it->is_number_integer()) return std::nullopt;
   }
   return it->get<T>();
+}
+
+// A task's processes: pid and processStart (the shim, or from agents before
+// shims the task itself), taskPid and taskStart, cgroup and exitFile
+// (omitted when empty).
+Result<TaskProcess> read_process(const json& record) {
+  TaskProcess process;
+  for (const char* name : {"pid", "taskPid"}) {
+    const auto value = field<std::int64_t>(record, name);
+    if (value && (*value < 0 || *value > std::numeric_limits<pid_t>::max())) {
+      return Error{"state",
+                   std::string("a record whose ") + name + " is out of range (" + std::to_string(*value) + ")"};
+    }
+  }
+  process.pid = static_cast<pid_t>(field<std::int64_t>(record, "pid").value_or(0));
+  process.start = field<std::uint64_t>(record, "processStart").value_or(0);
+  process.pgid = static_cast<pid_t>(field<std::int64_t>(record, "taskPid").value_or(process.pid));
+  process.task_start =
+      field<std::uint64_t>(record, "taskStart").value_or(process.pgid == process.pid ? process.start : 0);
+  process.cgroup = field<std::string>(record, "cgroup").value_or("");
+  process.exit_file = field<std::string>(record, "exitFile").value_or("");
+  for (const std::string* path : {&process.cgroup, &process.exit_file}) {
+    if (!path->empty() && path->front() != '/') return Error{"state", "a record with a relative path: " + *path};
+  }
+  return process;
+}
+
+void write_process(const TaskProcess& process, json& record) {
+  record["pid"] = process.pid;
+  record["processStart"] = process.start;
+  if (process.pgid != 0 && process.pgid != process.pid) {
+    record["taskPid"] = process.pgid;
+    record["taskStart"] = process.task_start;
+  }
+  if (!process.cgroup.empty()) record["cgroup"] = process.cgroup;
+  if (!process.exit_file.empty()) record["exitFile"] = process.exit_file;
 }
 
 // A finished task's report as kept for answering a dispatch sent again: all
@@ -230,12 +267,13 @@ Result<void> StateStore::apply(const json& record) {
   }
   if (*op == "accept" || *op == "task") {
     if (auto checked = need_uid(); !checked) return checked;
+    auto process = read_process(record);
+    if (!process) return process.error();
     StoredTask& task = task_of();
     task = StoredTask{};
     task.uid = *uid;
     task.dispatch = record.value("dispatch", json());
-    task.pid = field<pid_t>(record, "pid").value_or(0);
-    task.process_start = field<std::uint64_t>(record, "processStart").value_or(0);
+    task.process = process.value();
     task.last_seq = field<std::int64_t>(record, "lastSeq").value_or(0);
     task.last_report = field<std::string>(record, "lastReport").value_or("");
     task.finished_order = field<std::uint64_t>(record, "finishedOrder").value_or(0);
@@ -247,9 +285,10 @@ Result<void> StateStore::apply(const json& record) {
   }
   if (*op == "process") {
     if (auto checked = need_uid(); !checked) return checked;
+    auto process = read_process(record);
+    if (!process) return process.error();
     StoredTask& task = task_of();
-    task.pid = field<pid_t>(record, "pid").value_or(0);
-    task.process_start = field<std::uint64_t>(record, "processStart").value_or(0);
+    task.process = process.value();
     done_with(task);
     return ok();
   }
@@ -287,7 +326,7 @@ Result<void> StateStore::apply(const json& record) {
     task.finished_clock = std::chrono::nanoseconds(clock.value_or(clock_.count()));
     if (clock) clock_ = std::max(clock_, task.finished_clock);
     task.dispatch = nullptr;  // a finished task needs only its last report
-    task.pid = 0;
+    task.process = TaskProcess{};
     done_with(task);
     return ok();
   }
@@ -393,8 +432,9 @@ void StateStore::accept(const std::string& uid, const json& dispatch) {
   stage(record);
 }
 
-void StateStore::set_process(const std::string& uid, pid_t pid, std::uint64_t process_start) {
-  const json record = {{"op", "process"}, {"uid", uid}, {"pid", pid}, {"processStart", process_start}};
+void StateStore::set_process(const std::string& uid, const TaskProcess& process) {
+  json record = {{"op", "process"}, {"uid", uid}};
+  write_process(process, record);
   static_cast<void>(apply(record));
   stage(record);
 }
@@ -519,12 +559,8 @@ std::string StateStore::snapshot() const {
   // the next seq must still be above every one of those.
   std::string text = line_of({{"op", "clock"}, {"clock", clock_.count()}, {"lastSeq", last_seq_}});
   for (const auto& [uid, task] : tasks_) {
-    json record = {{"op", "task"},
-                   {"uid", uid},
-                   {"pid", task.pid},
-                   {"processStart", task.process_start},
-                   {"lastSeq", task.last_seq},
-                   {"finishedOrder", task.finished_order}};
+    json record = {{"op", "task"}, {"uid", uid}, {"lastSeq", task.last_seq}, {"finishedOrder", task.finished_order}};
+    write_process(task.process, record);
     if (task.finished_order != 0) record["finishedClock"] = task.finished_clock.count();
     if (!task.dispatch.is_null()) record["dispatch"] = task.dispatch;
     if (!task.last_report.empty()) record["lastReport"] = task.last_report;

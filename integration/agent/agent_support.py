@@ -51,6 +51,41 @@ def processes_marked(work_dir):
     return pids
 
 
+CGROUP_LINE = "each task runs in a cgroup of its own in "
+
+
+def task_cgroup_parent(log_text):
+    """The cgroup directory the agent keeps its tasks' cgroups in, as its start line names it (None: no cgroups)."""
+    for line in log_text.splitlines():
+        if CGROUP_LINE in line:
+            return pathlib.Path(line.split(CGROUP_LINE, 1)[1].strip())
+    return None
+
+
+def remove_cgroup_tree(path):
+    """Kills what is left in a cgroup directory and removes it, deepest first (a killed agent leaves its tasks')."""
+    if path is None or not path.exists():
+        return
+    for kill_file in path.rglob("cgroup.kill"):
+        try:
+            kill_file.write_text("1")
+        except OSError:
+            pass
+    directories = sorted((d for d in path.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True)
+    for directory in directories + [path]:
+        wait_until(lambda: _rmdir(directory), 5, f"{directory} to be empty")
+
+
+def _rmdir(directory):
+    try:
+        directory.rmdir()
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 def alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as stat:
@@ -119,6 +154,7 @@ class AgentProcess:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+        remove_cgroup_tree(task_cgroup_parent(self.log_text()))
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import http.server
 import json
 import os
 import pathlib
+import pwd
 import shutil
 import signal
 import socket
@@ -18,7 +19,7 @@ import types
 import pytest
 
 from agent_support import (ROBOT, AgentProcess, Bridge, agent, agent_factory, alive, bridge, count_lines, create, delete,
-                           dispatch_topic, processes_marked, status_topic, wait_for_file)
+                           dispatch_topic, processes_marked, status_topic, task_cgroup_parent, wait_for_file)
 from conftest import Observer, binary, wait_until
 
 PRESENCE = f"k8s4r/robots/{ROBOT}/presence"
@@ -323,6 +324,22 @@ def test_a_task_run_as_another_user_gets_only_what_that_user_may_read(broker, br
         assert not (place / "ran").exists()
         assert not list((agent.work_dir / "tasks" / "t-steal").rglob("file.txt*"))
 
+        # Nothing the task puts in its environment reaches a process running as root: an LD_PRELOAD
+        # library of the task's records every uid it is loaded as, and only nobody's may appear.
+        source, library, loads = place / "preload.c", place / "preload.so", place / "loads"
+        loads.touch()
+        loads.chmod(0o666)
+        source.write_text('#include <stdio.h>\n#include <unistd.h>\n'
+                          '__attribute__((constructor)) static void mark(void) {\n'
+                          f'  FILE* f = fopen("{loads}", "a"); if (f) {{ fprintf(f, "%d\\n", (int)getuid()); fclose(f); }}\n'
+                          '}\n')
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+        library.chmod(0o755)
+        bridge.send(create("t-preload", "/bin/true", [], user="nobody", env={"LD_PRELOAD": str(library)}))
+        assert bridge.final("t-preload")["state"] == "completed"
+        uids = set(loads.read_text().split())
+        assert uids == {str(pwd.getpwnam("nobody").pw_uid)}, f"loaded as uids {uids}"
+
         # The agent's own tasks read with the agent's permissions, as before; their directory is private too.
         bridge.send(create("t-as-agent", "/bin/sh", ["-c", 'cat conf/file.txt; stat -c %a "$PWD"'],
                            artifacts=artifact(secret)))
@@ -618,37 +635,141 @@ def test_dispatch_sent_while_the_agent_is_away_still_arrives(broker, bridge, age
     assert bridge.final("t-queued")["state"] == "completed"
 
 
-def test_agent_kill9_and_restart_runs_nothing_twice(broker, bridge, agent_factory, tmp_path):
+def test_agent_kill9_and_restart_runs_nothing_twice_and_tasks_end_with_their_true_exit_codes(
+        broker, bridge, agent_factory, tmp_path):
     agent = agent_factory().start()
     bridge.wait_for(PRESENCE, lambda m: m["online"])
     runs = tmp_path / "runs"
-    # One that outlives the restart, one that ends while the agent is down.
+    # One that outlives the restart, and three that end while the agent is down:
+    # a success, a failure and a signal. The agent is not their parent any more;
+    # each one's shim is, and keeps how it ended.
     bridge.send(create("t-survivor", "/bin/sh", ["-c", f"echo survivor >> {runs}; sleep 3; echo done"]))
     bridge.send(create("t-gone", "/bin/sh", ["-c", f"echo gone >> {runs}; sleep 0.5"]))
-    running = {uid: bridge.wait_for(status_topic(uid), lambda m: m["state"] == "running")
-               for uid in ("t-survivor", "t-gone")}
+    bridge.send(create("t-gone-failed", "/bin/sh", ["-c", f"echo failed >> {runs}; sleep 0.5; exit 3"]))
+    bridge.send(create("t-gone-killed", "/bin/sh", ["-c", f"echo killed >> {runs}; sleep 0.5; kill -TERM $$"]))
+    uids = ("t-survivor", "t-gone", "t-gone-failed", "t-gone-killed")
+    running = {uid: bridge.wait_for(status_topic(uid), lambda m: m["state"] == "running") for uid in uids}
     agent.kill9()
-    time.sleep(1)
-    survivor_pid = next(pid for pid in processes_marked(agent.work_dir))
+    wait_until(lambda: count_lines(runs) == 4, 10, "every task to have run")
+    time.sleep(1)  # the three short ones end while no agent runs
+    survivor_pids = processes_marked(agent.work_dir)
+    assert survivor_pids  # the survivor and its shim
     agent.start()
 
+    after = max(r["seq"] for r in running.values())  # seq goes on across the restart
     gone = bridge.final("t-gone")
-    assert gone["state"] == "failed" and gone["reason"] == "AgentRestarted"
-    assert gone["seq"] > max(r["seq"] for r in running.values())  # seq goes on across the restart
-    wait_until(lambda: "still runs; watching it again" in agent.log_text(), 10, "the survivor adopted")
+    assert (gone["state"], gone.get("exitCode"), gone["seq"] > after) == ("completed", 0, True), gone
+    failed = bridge.final("t-gone-failed")
+    assert (failed["state"], failed["reason"], failed["exitCode"]) == ("failed", "Error", 3), failed
+    killed = bridge.final("t-gone-killed")
+    assert (killed["state"], killed["exitCode"], killed["signal"]) == ("failed", 143, 15), killed
+    wait_until(lambda: "still runs under its shim" in agent.log_text(), 10, "the survivor adopted")
     survivor = bridge.final("t-survivor", timeout=15)
-    assert survivor["seq"] > max(r["seq"] for r in running.values()) and survivor["reason"] == "AgentRestarted"
+    assert survivor["seq"] > after and survivor["state"] == "completed" and survivor["exitCode"] == 0, survivor
     assert "done" in survivor["logsTail"]  # it ran to its end, not killed
-    assert not alive(survivor_pid)
-    assert sorted(pathlib.Path(runs).read_text().split()) == ["gone", "survivor"]
+    wait_until(lambda: not any(alive(pid) for pid in survivor_pids), 5, "the survivor and its shim to be gone")
+    assert sorted(pathlib.Path(runs).read_text().split()) == ["failed", "gone", "killed", "survivor"]
     # The re-register tells the bridge what the agent holds.
     register = bridge.wait_for("k8s4r/register", lambda m: any(t["taskUid"] == "t-gone" for t in m["runningTasks"]))
     assert {t["taskUid"] for t in register["runningTasks"]} >= {"t-gone", "t-survivor"}
-    # A resend after the restart is answered, not run.
+    # A resend after the restart is answered with the final report, not run.
     bridge.send(create("t-gone", "/bin/sh", ["-c", f"echo gone >> {runs}"]))
     again = bridge.wait_for(status_topic("t-gone"), lambda m: m["seq"] > gone["seq"])
-    assert again["state"] == "failed" and again["reason"] == "AgentRestarted"
-    assert sorted(pathlib.Path(runs).read_text().split()) == ["gone", "survivor"]
+    assert again["state"] == "completed" and again["exitCode"] == 0
+    assert sorted(pathlib.Path(runs).read_text().split()) == ["failed", "gone", "killed", "survivor"]
+    # The shims' records were read and removed once state.log held the ends.
+    wait_until(lambda: not list((agent.work_dir / "exits").iterdir()), 5, "the exit records to be removed")
+
+
+def cgroup_v2_writable():
+    """Whether this test process could make a cgroup v2 (as the agent would, in its own cgroup)."""
+    mounts = [line.split(" - ")[0].split()[4] for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines()
+              if " - cgroup2 " in line]
+    own = next((line[3:] for line in pathlib.Path("/proc/self/cgroup").read_text().splitlines()
+                if line.startswith("0::")), None)
+    if not mounts or own is None:
+        return False
+    probe = pathlib.Path(mounts[0] + own.rstrip("/")) / f"k8s4r-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+        return True
+    except OSError:
+        return False
+
+
+def test_a_failed_task_that_ended_while_the_agent_was_down_follows_its_restart_policy(
+        broker, bridge, agent_factory, tmp_path):
+    agent = agent_factory().start()
+    bridge.wait_for(PRESENCE, lambda m: m["online"])
+    runs = tmp_path / "runs"
+    bridge.send(create("t-retry", "/bin/sh", ["-c", f"echo run >> {runs}; sleep 0.5; exit 1"],
+                       restartPolicy={"attempts": 1, "delay": "100ms", "mode": "fail"}))
+    bridge.wait_for(status_topic("t-retry"), lambda m: m["state"] == "running")
+    agent.kill9()
+    record = agent.work_dir / "exits" / "t-retry.0.json"  # written by the shim when the first run ends
+    wait_until(lambda: record.exists() and '"exitCode":1' in record.read_text(errors="replace"), 10,
+               "the first run's end")
+    agent.start()
+    final = bridge.final("t-retry", timeout=15)
+    assert (final["state"], final["reason"], final["exitCode"], final["restartCount"]) == ("failed", "Error", 1, 1), final
+    assert count_lines(runs) == 2  # restarted once, as its policy says, then failed
+
+
+@pytest.mark.parametrize("cgroups", ["auto", "off"])
+def test_what_a_task_starts_in_a_new_session_ends_with_it(bridge, agent_factory, tmp_path, cgroups):
+    """A child that calls setsid, or double-forks, is not in the task's process group; it must not outlive the
+    task, with cgroups (killed by cgroup) and without (the shim, a subreaper, kills the task's orphans)."""
+    if cgroups == "auto" and not cgroup_v2_writable():
+        pytest.skip("no writable cgroup v2 on this machine")
+    agent = agent_factory(extra=["--task-cgroups", cgroups]).start()
+    bridge.wait_for(PRESENCE, lambda m: m["online"])
+    if cgroups == "auto":
+        assert task_cgroup_parent(agent.log_text()) is not None, "cgroup v2 is usable here; the agent must use it"
+    pid_file = tmp_path / "escaped.pid"
+    double_fork = tmp_path / "double.pid"
+    script = (f"setsid sleep 1000 & echo $! > {pid_file}; "
+              f"(sh -c 'sleep 1000 & echo $! > {double_fork}' &); "
+              f"while [ ! -s {double_fork} ]; do sleep 0.01; done; exit 0")
+    bridge.send(create("t-escape", "/bin/sh", ["-c", script]))
+    final = bridge.final("t-escape")
+    assert final["state"] == "completed"
+    for path in (pid_file, double_fork):
+        pid = int(wait_for_file(path))
+        wait_until(lambda: not alive(pid), 5, f"{path.name} ({pid}) to be gone")
+    # The agent says what it cleaned up.
+    wait_until(lambda: "process(es) it left behind were killed" in agent.log_text(), 5, "the agent to say so")
+
+
+def test_a_task_hiding_from_the_restart_sweep_is_found_by_its_cgroup(bridge, agent_factory, tmp_path):
+    """kill -9 of the agent and of the task's shim: the restarted agent finds what the task left by its cgroup,
+    although it cleared its environment (the mark the fallback sweep looks for) and left its process group."""
+    if not cgroup_v2_writable():
+        pytest.skip("no writable cgroup v2 on this machine")
+    agent = agent_factory().start()
+    bridge.wait_for(PRESENCE, lambda m: m["online"])
+    parent = task_cgroup_parent(agent.log_text())
+    assert parent is not None
+    pid_file = tmp_path / "hidden.pid"
+    bridge.send(create("t-hide", "/bin/sh", ["-c", f"env -i setsid sleep 1000 & echo $! > {pid_file}; sleep 1000"]))
+    bridge.wait_for(status_topic("t-hide"), lambda m: m["state"] == "running")
+    hidden = int(wait_for_file(pid_file))
+    assert (parent / "t-hide").is_dir()
+    agent.kill9()
+    # The shim first (were the task's main process to die first, the shim would record its end and kill
+    # the rest itself), then the task's main process; the hidden one carries no mark.
+    marked = processes_marked(agent.work_dir)
+    shims = [pid for pid in marked if pathlib.Path(f"/proc/{pid}/comm").read_text().strip() == "k8s4r-task-shim"]
+    assert len(shims) == 1
+    for pid in shims + [pid for pid in marked if pid not in shims]:
+        os.kill(pid, signal.SIGKILL)
+    assert alive(hidden) and hidden not in processes_marked(agent.work_dir)
+    agent.start()
+    final = bridge.final("t-hide")
+    assert final["state"] == "failed" and final["reason"] == "ExitUnknown", final
+    assert "without recording it" in final["message"]
+    wait_until(lambda: not alive(hidden), 5, "the hidden process to be gone")
+    wait_until(lambda: not (parent / "t-hide").exists(), 5, "the task's cgroup to be removed")
 
 
 def test_timeout_still_enforced_after_an_agent_restart(broker, bridge, agent_factory):

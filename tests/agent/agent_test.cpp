@@ -50,6 +50,7 @@ class AgentTest : public ::testing::Test {
     config_.broker_url = "tcp://broker.invalid:1883";
     config_.robot_id = "robot-1";
     config_.work_dir = (temp_ / "work").string();
+    config_.task_shim = K8S4R_TASK_SHIM;
     make_agent();
   }
   void make_agent() {

@@ -1,7 +1,14 @@
-// The monitor with real child processes and real signals.
+// The monitor with real child processes and real signals, run three ways:
+// the task as the monitor's own child, under k8s4r-task-shim, and under the
+// shim in a cgroup of its own (as the agent runs tasks where it can).
 #include "k8s4r/agent/monitor.h"
 
+#include "k8s4r/agent/task_cgroups.h"
+
 #include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <csignal>
@@ -14,7 +21,13 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-class MonitorTest : public ::testing::Test {
+enum class Mode { direct, shim, cgroup };
+
+std::string mode_name(const ::testing::TestParamInfo<Mode>& info) {
+  return info.param == Mode::direct ? "Direct" : info.param == Mode::shim ? "Shim" : "ShimInCgroup";
+}
+
+class MonitorTest : public ::testing::TestWithParam<Mode> {
  protected:
   MonitorTest()
       : monitor_({[this](const TaskExit& exit) {
@@ -29,7 +42,30 @@ class MonitorTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("k8s4r-monitor-test-" + std::to_string(::getpid()));
     fs::create_directories(dir_);
   }
-  ~MonitorTest() override { fs::remove_all(dir_); }
+  ~MonitorTest() override {
+    fs::remove_all(dir_);
+    if (cgroups_) ::rmdir(cgroups_->parent().c_str());
+  }
+
+  void SetUp() override {
+    if (GetParam() != Mode::cgroup) return;
+    auto parent = TaskCgroups::default_parent(dir_.string());
+    auto opened = parent ? TaskCgroups::open(parent.value()) : Result<TaskCgroups>(parent.error());
+    if (!opened) GTEST_SKIP() << "no cgroup v2 here: " << opened.error().message;
+    cgroups_.emplace(std::move(opened).value());
+  }
+
+  // How the agent would start it, in this test's mode.
+  std::optional<ShimSpec> shim_for(const std::string& uid) {
+    if (GetParam() == Mode::direct) return std::nullopt;
+    ShimSpec shim{K8S4R_TASK_SHIM, (dir_ / (uid + ".exit")).string(), ""};
+    if (cgroups_) shim.cgroup = cgroups_->create(uid).value();
+    return shim;
+  }
+  Result<TaskProcess> launch(const std::string& uid, const ProcessSpec& spec,
+                             std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout) {
+    return monitor_.launch(uid, spec, shim_for(uid), timeout, kill_timeout);
+  }
 
   ProcessSpec shell(const std::string& script) {
     ProcessSpec spec;
@@ -53,12 +89,40 @@ class MonitorTest : public ::testing::Test {
   std::condition_variable changed_;
   std::map<std::string, TaskExit> exits_;
   std::vector<std::string> signals_;
+  std::optional<TaskCgroups> cgroups_;
   Monitor monitor_;
 };
 
-TEST_F(MonitorTest, ReportsExitCodesAndOutput) {
-  ASSERT_TRUE(monitor_.launch("ok", shell("echo hello; exit 0"), std::nullopt, 5s));
-  ASSERT_TRUE(monitor_.launch("three", shell("exit 3"), std::nullopt, 5s));
+INSTANTIATE_TEST_SUITE_P(Modes, MonitorTest, ::testing::Values(Mode::direct, Mode::shim, Mode::cgroup), mode_name);
+
+pid_t read_pid(const fs::path& file) {
+  for (int i = 0; i < 1000 && !(fs::exists(file) && fs::file_size(file) > 0); ++i) std::this_thread::sleep_for(10ms);
+  pid_t pid = 0;
+  std::ifstream(file) >> pid;
+  return pid;
+}
+
+// Dead, or dead but not yet reaped by whoever reaps orphans here.
+bool dead(pid_t pid) {
+  if (kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string ignored, state;
+  stat >> ignored >> ignored >> state;
+  return state == "Z";
+}
+
+bool gone_within(pid_t pid, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!dead(pid)) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+TEST_P(MonitorTest, ReportsExitCodesAndOutput) {
+  ASSERT_TRUE(launch("ok", shell("echo hello; exit 0"), std::nullopt, 5s));
+  ASSERT_TRUE(launch("three", shell("exit 3"), std::nullopt, 5s));
   EXPECT_EQ(wait_exit("ok").status.exit_code, 0);
   const TaskExit three = wait_exit("three");
   EXPECT_EQ(three.status.exit_code, 3);
@@ -67,16 +131,16 @@ TEST_F(MonitorTest, ReportsExitCodesAndOutput) {
   EXPECT_EQ(monitor_.running(), 0u);
 }
 
-TEST_F(MonitorTest, TimeoutSendsSigtermToTheGroup) {
-  ASSERT_TRUE(monitor_.launch("slow", shell("sleep 100"), 200ms, 5s));
+TEST_P(MonitorTest, TimeoutSendsSigtermToTheGroup) {
+  ASSERT_TRUE(launch("slow", shell("sleep 100"), 200ms, 5s));
   const TaskExit exit = wait_exit("slow");
   EXPECT_EQ(exit.status.exit_code, 143);
   EXPECT_EQ(exit.status.signal, SIGTERM);
   EXPECT_EQ(exit.stopped_by, StopReason::timeout);
 }
 
-TEST_F(MonitorTest, IgnoredSigtermIsFollowedBySigkill) {
-  ASSERT_TRUE(monitor_.launch("stubborn", shell("trap '' TERM; sleep 100"), 100ms, 300ms));
+TEST_P(MonitorTest, IgnoredSigtermIsFollowedBySigkill) {
+  ASSERT_TRUE(launch("stubborn", shell("trap '' TERM; sleep 100"), 100ms, 300ms));
   const TaskExit exit = wait_exit("stubborn");
   EXPECT_EQ(exit.status.exit_code, 137);
   EXPECT_EQ(exit.status.signal, SIGKILL);
@@ -85,44 +149,29 @@ TEST_F(MonitorTest, IgnoredSigtermIsFollowedBySigkill) {
   EXPECT_EQ(signals_, (std::vector<std::string>{"stubborn TERM", "stubborn KILL"}));
 }
 
-TEST_F(MonitorTest, StoppingATaskLeavesNothingBehind) {
+TEST_P(MonitorTest, StoppingATaskLeavesNothingBehind) {
   const fs::path grandchild = dir_ / "grandchild.pid";
-  ASSERT_TRUE(
-      monitor_.launch("tree", shell("sleep 1000 & echo $! > " + grandchild.string() + "; wait"), std::nullopt, 2s));
-  for (int i = 0; i < 500 && !(fs::exists(grandchild) && fs::file_size(grandchild) > 0); ++i)
-    std::this_thread::sleep_for(10ms);
-  pid_t pid = 0;
-  std::ifstream(grandchild) >> pid;
+  ASSERT_TRUE(launch("tree", shell("sleep 1000 & echo $! > " + grandchild.string() + "; wait"), std::nullopt, 2s));
+  const pid_t pid = read_pid(grandchild);
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(monitor_.stop_task("tree", StopReason::cancelled));
   const TaskExit exit = wait_exit("tree");
   EXPECT_EQ(exit.stopped_by, StopReason::cancelled);
-  // The background sleep got the group's SIGTERM too. It is not our child, so
-  // whoever reaps orphans here reaps it; dead but unreaped (a zombie) is gone.
-  const auto dead = [pid] {
-    if (kill(pid, 0) != 0) return true;
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string ignored, state;
-    stat >> ignored >> ignored >> state;
-    return state == "Z";
-  };
-  bool gone = false;
-  for (int i = 0; i < 500 && !gone; ++i) {
-    gone = dead();
-    if (!gone) std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_TRUE(gone) << "grandchild " << pid << " survived";
+  // The background sleep got the group's SIGTERM too.
+  EXPECT_TRUE(gone_within(pid, 5s)) << "grandchild " << pid << " survived";
   EXPECT_FALSE(monitor_.stop_task("tree", StopReason::cancelled));  // gone
 }
 
-TEST_F(MonitorTest, RefusesACommandThatDoesNotExistAndADuplicateUid) {
+TEST_P(MonitorTest, RefusesACommandThatDoesNotExistAndADuplicateUid) {
   ProcessSpec missing = shell("");
   missing.command = "/no/such/program";
-  auto refused = monitor_.launch("missing", missing, std::nullopt, 1s);
+  auto refused = launch("missing", missing, std::nullopt, 1s);
   ASSERT_FALSE(refused);
-  EXPECT_NE(refused.error().message.find("cannot start '/no/such/program'"), std::string::npos);
-  ASSERT_TRUE(monitor_.launch("once", shell("sleep 100"), std::nullopt, 1s));
-  EXPECT_FALSE(monitor_.launch("once", shell("true"), std::nullopt, 1s));
+  EXPECT_NE(refused.error().message.find("cannot start '/no/such/program'"), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("No such file or directory"), std::string::npos) << refused.error().message;
+  ASSERT_TRUE(launch("once", shell("sleep 100"), std::nullopt, 1s));
+  EXPECT_FALSE(monitor_.launch("once", shell("true"), std::nullopt, std::nullopt, 1s));
   monitor_.stop_task("once", StopReason::shutdown);
   EXPECT_EQ(wait_exit("once").stopped_by, StopReason::shutdown);
 }
@@ -133,17 +182,89 @@ std::size_t thread_count() {
   return count;
 }
 
-TEST_F(MonitorTest, OneThreadWatchesEveryTask) {
+TEST_P(MonitorTest, OneThreadWatchesEveryTask) {
   const std::size_t before = thread_count();
   // No timeout: on a loaded machine launching 50 can take longer than any
   // short one, and the count below must see all of them running.
   for (int i = 0; i < 50; ++i) {
-    ASSERT_TRUE(monitor_.launch("t" + std::to_string(i), shell("sleep 100"), std::nullopt, 1s));
+    ASSERT_TRUE(launch("t" + std::to_string(i), shell("sleep 100"), std::nullopt, 1s));
   }
   EXPECT_EQ(monitor_.running(), 50u);
   EXPECT_EQ(thread_count(), before);
   for (int i = 0; i < 50; ++i) monitor_.stop_task("t" + std::to_string(i), StopReason::shutdown);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(wait_exit("t" + std::to_string(i)).status.signal, SIGTERM);
+}
+
+// What a task starts in a new session (setsid) or after a double fork is not
+// in its process group. Under the shim it is killed when the task ends: by
+// cgroup, or (no cgroup) as an orphan reparented to the shim. The monitor's
+// own child (no shim) cannot do this, which is why the agent always uses one.
+TEST_P(MonitorTest, WhatATaskStartsInANewSessionDiesWithIt) {
+  if (GetParam() == Mode::direct) GTEST_SKIP() << "without a shim a new session escapes (documented)";
+  const fs::path escaped = dir_ / "escaped.pid";
+  ASSERT_TRUE(launch("escape",
+                     shell("setsid sh -c 'sleep 1000 & echo $! > " + escaped.string() + "; wait' & while [ ! -s " +
+                           escaped.string() + " ]; do sleep 0.01; done; exit 4"),
+                     std::nullopt, 1s));
+  const pid_t pid = read_pid(escaped);
+  ASSERT_GT(pid, 0);
+  const TaskExit exit = wait_exit("escape");
+  EXPECT_EQ(exit.status.exit_code, 4);
+  EXPECT_TRUE(gone_within(pid, 5s)) << "pid " << pid << " outlived its task";
+  if (cgroups_) {
+    EXPECT_FALSE(fs::exists(cgroups_->path_of("escape"))) << "the task's cgroup stayed";
+  }
+}
+
+TEST_P(MonitorTest, ATimeoutReachesWhatLeftTheProcessGroup) {
+  if (GetParam() != Mode::cgroup) GTEST_SKIP() << "only a cgroup finds a process in another session";
+  const fs::path escaped = dir_ / "escaped.pid";
+  // The escaped process traps TERM to say it got it; it must get the timeout's SIGTERM.
+  const fs::path got_term = dir_ / "got-term";
+  ASSERT_TRUE(launch(
+      "escape-timeout",
+      // The main process ignores SIGTERM, so the task ends only at the
+      // SIGKILL 2 s later and the escaped one has time to answer.
+      shell("setsid sh -c 'trap \"echo yes > " + got_term.string() + "; exit 0\" TERM; echo $$ > " + escaped.string() +
+            "; while :; do sleep 0.05; done' & trap '' TERM; " + "while :; do sleep 0.05; done"),
+      300ms, 2s));
+  const pid_t pid = read_pid(escaped);
+  ASSERT_GT(pid, 0);
+  const TaskExit exit = wait_exit("escape-timeout");
+  EXPECT_EQ(exit.stopped_by, StopReason::timeout);
+  EXPECT_EQ(exit.status.signal, SIGKILL);
+  EXPECT_TRUE(gone_within(pid, 5s));
+  EXPECT_TRUE(fs::exists(got_term)) << "the escaped process never saw SIGTERM";
+}
+
+// An agent that restarts is not the shim's parent; the shim's exit record
+// still gives the task's true exit code.
+TEST_P(MonitorTest, AnAdoptedTaskUnderItsShimEndsWithItsTrueExitCode) {
+  if (GetParam() == Mode::direct) GTEST_SKIP() << "without a shim an adopted task's exit code is lost (documented)";
+  int pidfd = -1;
+  auto shim = shim_for("adopted");
+  auto started = spawn_task(shell("sleep 0.3; exit 7"), *shim, pidfd);
+  ASSERT_TRUE(started) << started.error().message;
+  ASSERT_TRUE(monitor_.adopt("adopted", started.value(), std::chrono::steady_clock::now(), std::nullopt, 1s));
+  const TaskExit exit = wait_exit("adopted");
+  EXPECT_TRUE(exit.status_known);
+  EXPECT_EQ(exit.status.exit_code, 7);
+  siginfo_t info{};
+  waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);  // it was ours after all
+  ::close(pidfd);
+}
+
+// A shim killed from outside records nothing: the task is killed with it and
+// its end is reported as unknown, never as a success.
+TEST_P(MonitorTest, AKilledShimTakesItsTaskAlongAndSaysTheStatusIsUnknown) {
+  if (GetParam() == Mode::direct) GTEST_SKIP() << "no shim";
+  auto started = launch("orphaned", shell("sleep 1000"), std::nullopt, 1s);
+  ASSERT_TRUE(started);
+  ASSERT_EQ(::kill(started.value().pid, SIGKILL), 0);
+  const TaskExit exit = wait_exit("orphaned");
+  EXPECT_FALSE(exit.status_known);
+  EXPECT_NE(exit.unknown_why.find("ended without recording it"), std::string::npos) << exit.unknown_why;
+  EXPECT_TRUE(gone_within(started.value().pgid, 5s)) << "the task outlived its killed shim";
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ TEST_F(StateStoreTest, WhatWasCommittedIsThereAfterAReopenAndWhatWasOnlyStagedIs
     StateStore store = open();
     EXPECT_TRUE(store.tasks().empty());
     store.accept("t1", {{"action", "create"}});
-    store.set_process("t1", 4242, 99);
+    store.set_process("t1", TaskProcess{4242, 99, 4243, 100, "/sys/fs/cgroup/k8s4r-tasks.0/t1", "/w/exits/t1.0.json"});
     ASSERT_TRUE(store.report("t1", 1, "k8s4r/robots/r/tasks/t1/status", R"({"seq":1})"));
     ASSERT_TRUE(store.report("t1", 2, "k8s4r/robots/r/tasks/t1/status", R"({"seq":2})"));
     ASSERT_TRUE(store.commit());
@@ -55,8 +55,12 @@ TEST_F(StateStoreTest, WhatWasCommittedIsThereAfterAReopenAndWhatWasOnlyStagedIs
   StateStore reopened = open();
   const StoredTask* task = reopened.find("t1");
   ASSERT_NE(task, nullptr);
-  EXPECT_EQ(task->pid, 4242);
-  EXPECT_EQ(task->process_start, 99u);
+  EXPECT_EQ(task->process.pid, 4242);
+  EXPECT_EQ(task->process.start, 99u);
+  EXPECT_EQ(task->process.pgid, 4243);
+  EXPECT_EQ(task->process.task_start, 100u);
+  EXPECT_EQ(task->process.cgroup, "/sys/fs/cgroup/k8s4r-tasks.0/t1");
+  EXPECT_EQ(task->process.exit_file, "/w/exits/t1.0.json");
   EXPECT_EQ(task->dispatch["action"], "create");
   EXPECT_EQ(task->last_seq, 2);
   EXPECT_EQ(task->last_report, R"({"seq":2})");
@@ -204,7 +208,10 @@ TEST_F(StateStoreTest, ValuesThatWouldOverflowAreDamageNotAWrap) {
   for (const char* bad : {R"({"op":"report","uid":"t1","seq":9223372036854775807,"payload":"y"})",
                           R"({"op":"clock","clock":9223372036854775000})", R"({"op":"clock","clock":-1})",
                           R"({"op":"queued","id":18446744073709551615,"topic":"t","payload":"y"})",
-                          R"({"op":"finish","uid":"t1","finishedOrder":1,"clock":9000000000000000000})"}) {
+                          R"({"op":"finish","uid":"t1","finishedOrder":1,"clock":9000000000000000000})",
+                          R"({"op":"process","uid":"t1","pid":4294967297,"processStart":1})",
+                          R"({"op":"process","uid":"t1","pid":5,"taskPid":-5})",
+                          R"({"op":"process","uid":"t1","pid":5,"exitFile":"relative/path"})"}) {
     std::ofstream(log_path(), std::ios::trunc) << good << line_of(bad);
     StateStore store = open();
     EXPECT_EQ(store.last_seq(), 5) << bad;  // the bad record is dropped, the good one kept
@@ -217,6 +224,7 @@ TEST_F(StateStoreTest, ValuesThatWouldOverflowAreDamageNotAWrap) {
 TEST_F(StateStoreTest, TheFileIsCompactedToItsLiveContent) {
   StateStore store = open();
   store.accept("long-running", {{"action", "create"}, {"task", {{"spec", {{"command", "sleep"}}}}}});
+  store.set_process("long-running", TaskProcess{10, 11, 12, 13, "/cg/long-running", "/w/exits/long-running.0.json"});
   const std::string payload(1000, 'x');
   std::uint64_t largest = 0;
   for (int i = 0; i < 5000; ++i) {
@@ -235,6 +243,10 @@ TEST_F(StateStoreTest, TheFileIsCompactedToItsLiveContent) {
   StateStore reopened = open();
   EXPECT_EQ(reopened.tasks().size(), 1u);
   EXPECT_EQ(reopened.find("long-running")->dispatch["task"]["spec"]["command"], "sleep");
+  const TaskProcess& process = reopened.find("long-running")->process;  // through a snapshot
+  EXPECT_EQ(
+      std::tie(process.pid, process.start, process.pgid, process.task_start, process.cgroup, process.exit_file),
+      std::make_tuple(10, 11u, 12, 13u, std::string("/cg/long-running"), std::string("/w/exits/long-running.0.json")));
   EXPECT_EQ(reopened.queued_reports(), 0u);
 }
 

@@ -27,6 +27,7 @@
 #include "k8s4r/agent/monitor.h"
 #include "k8s4r/agent/restart_tracker.h"
 #include "k8s4r/agent/state_store.h"
+#include "k8s4r/agent/task_cgroups.h"
 #include "k8s4r/common/messages.h"
 #include "k8s4r/daemon/event_loop.h"
 #include "k8s4r/daemon/inbox.h"
@@ -83,8 +84,7 @@ class Agent {
     RestartTracker restarts{std::nullopt};
     std::int64_t earlier_restarts = 0;  // made before the agent restarted
     std::optional<RunAs> run_as;        // spec.user or task-user, resolved when accepted (agent running as root)
-    pid_t pid = 0;
-    std::uint64_t process_start = 0;
+    TaskProcess process;                // process.pid is 0 while none runs
     // Set when the agent stopped it: an exit already on its way to the loop
     // must then not lead to a restart.
     std::optional<StopReason> stop_requested;
@@ -125,7 +125,18 @@ class Agent {
   void stop(Task& task, StopReason reason);
   void finish(Task& task, TaskStatus status);
   void restore();
+  // A task that was running when the agent last stopped and whose shim has
+  // ended since: how it ended, from the shim's exit record.
+  void restore_ended(Task& task, const StoredTask& entry);
   void kill_orphans();
+  // Task cgroups and the task shim, as configured; throws when task-cgroups
+  // is on and cgroups cannot be used, or the shim is missing.
+  void set_up_containment();
+  // The shim a new run of `task` starts under (its cgroup made), or an Error.
+  Result<ShimSpec> shim_for(const Task& task);
+  // Exit records of runs whose end is recorded in state.log: removed after
+  // each commit; at start, every record no task needs.
+  void remove_exit_records(bool at_start);
   std::string task_dir(const std::string& uid) const;
   std::string task_file(const std::string& uid, const char* name) const;
   std::string final_logs_tail(const std::string& uid) const;
@@ -162,6 +173,10 @@ class Agent {
   std::map<std::string, Task> tasks_;
   std::unique_ptr<ArtifactWorker> artifacts_;
   std::unique_ptr<Monitor> monitor_;
+  std::optional<TaskCgroups> cgroups_;  // unset: tasks are contained by process group and the shim only
+  std::string shim_path_;
+  std::string exits_dir_;                       // WORK_DIR/exits (0700): the shims' exit records
+  std::vector<std::string> exit_records_done_;  // read; removable once the next commit holds the end
   std::unique_ptr<mqtt::Link> link_;
   // Backpressure on received messages: a burst waits in the broker, not here.
   daemon::Inbox inbox_;

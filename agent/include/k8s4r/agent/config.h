@@ -39,6 +39,12 @@ struct AgentConfig {
   std::string task_user;
   // allow-root-tasks: false refuses every task that would run as root.
   bool allow_root_tasks = true;
+  // task-cgroups: auto (each task in a cgroup v2 of its own where the agent
+  // can make one; otherwise, and said so at start, by process group and the
+  // shim's subreaper), on (refuse to start without), off.
+  std::string task_cgroups = "auto";
+  std::string cgroup_parent;       // cgroup-parent: where task cgroups go ("" = TaskCgroups::default_parent)
+  std::string task_shim;           // task-shim: the k8s4r-task-shim binary ("" = next to the agent's own)
   std::string log_level = "info";  // log-level: trace, debug, info, warn, error
   std::string config_file;         // where the file settings came from, if any
 };

@@ -8,6 +8,12 @@
 // thread. Callbacks run on the monitor thread and must not block for long.
 // Ownership: the monitor owns its children's pidfds. Destroying it SIGKILLs
 // and reaps whatever still runs; stop tasks first for a graceful end.
+//
+// A task launched with a ShimSpec runs under k8s4r-task-shim: the monitor
+// watches the shim, signals the task (its cgroup and process group), and
+// takes the task's exit status from the shim's exit record, which is there
+// whether or not this agent started the shim. Without one (the monitor's own
+// tests and benchmarks) the task is the monitor's child.
 #pragma once
 
 #include "k8s4r/agent/kill_schedule.h"
@@ -30,9 +36,12 @@ struct TaskExit {
   ExitStatus status;
   std::optional<StopReason> stopped_by;  // set when the agent signalled it
   SteadyTime exited_at;
-  // False for an adopted process: it is not our child, so the kernel keeps
-  // its exit status from us and `status` is meaningless.
+  // False when the exit status could not be learned: a process adopted
+  // without a shim (not our child, so the kernel keeps its status from us), or
+  // a shim that ended without recording it; `unknown_why` then says which.
   bool status_known = true;
+  std::string unknown_why;
+  int leftovers = 0;  // processes of the task still alive when it ended, killed by the shim
 };
 
 struct MonitorCallbacks {
@@ -48,14 +57,16 @@ class Monitor {
   Monitor(const Monitor&) = delete;
   Monitor& operator=(const Monitor&) = delete;
 
-  // Starts the process of `task_uid` and watches it; its deadline is
-  // `timeout` after now. Refuses a uid that is already running.
-  Result<pid_t> launch(const std::string& task_uid, const ProcessSpec& spec,
-                       std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout);
-  // Watches a process an earlier run of the agent started, which outlived it
-  // (found through the journal). It is not our child: its end is seen, its
-  // exit status is not. Its deadline is `timeout` after `started`.
-  Result<void> adopt(const std::string& task_uid, pid_t pid, SteadyTime started,
+  // Starts the process of `task_uid` (under `shim` when given) and watches
+  // it; its deadline is `timeout` after now. Refuses a uid that is already
+  // running.
+  Result<TaskProcess> launch(const std::string& task_uid, const ProcessSpec& spec, const std::optional<ShimSpec>& shim,
+                             std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout);
+  // Watches a task an earlier run of the agent started, which outlived it
+  // (found through the state store): its shim, or, from an agent before
+  // shims, its own process, whose exit status is then lost. Its deadline is
+  // `timeout` after `started`.
+  Result<void> adopt(const std::string& task_uid, const TaskProcess& process, SteadyTime started,
                      std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout);
   // SIGTERM to the task's process group now, SIGKILL kill_timeout later.
   // False when no such task runs.
@@ -64,11 +75,17 @@ class Monitor {
 
  private:
   struct Child {
-    pid_t pid;
-    int pidfd;
+    TaskProcess process;
+    int pidfd = -1;
     std::optional<StopReason> stopped_by;
-    bool adopted = false;
+    bool adopted = false;  // not our child: its end is seen, not reaped
   };
+  struct Ended {
+    TaskExit exit;
+    TaskProcess process;
+  };
+  // The task's status, from the shim's record when it has one.
+  static void learn_status(Ended& ended);
   void watch(const std::string& task_uid, Child child, SteadyTime started,
              std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout);
   void loop();

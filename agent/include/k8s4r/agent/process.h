@@ -23,6 +23,17 @@ struct ProcessSpec {
   std::string working_dir;
   std::string stdout_path, stderr_path;  // created, opened O_APPEND so the agent may cap them
   bool append_output = false;            // keep what the files hold (a restart); else truncate
+  // Given to the child as descriptors 3, 4, ... in this order (each must be
+  // above 4, so no dup2 overwrites another before it is passed).
+  std::vector<int> pass_fds;
+  // Who the task runs as, groups included (under the shim only: posix_spawn
+  // cannot switch users); unset: the agent's own user.
+  struct User {
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::vector<gid_t> groups;
+  };
+  std::optional<User> user;
 };
 
 struct SpawnedProcess {
@@ -33,6 +44,42 @@ struct SpawnedProcess {
 // execve of `command` with `args`, no shell. An Error names the command and
 // why (not found, not executable, working directory missing, ...).
 Result<SpawnedProcess> spawn_process(const ProcessSpec& spec);
+
+// The shim a task runs under (k8s4r-task-shim: shim/include/k8s4r/shim/shim.h).
+struct ShimSpec {
+  std::string path;       // the k8s4r-task-shim binary
+  std::string exit_file;  // where it records how the task ended
+  std::string cgroup;     // the task's cgroup, created empty; "" where tasks get none
+};
+
+// One task's processes, as the monitor watches and signals them and the
+// state store remembers them across restarts of the agent.
+struct TaskProcess {
+  pid_t pid = 0;  // 0: none. The shim, whose end is the task's end (from an agent before shims: the task itself)
+  std::uint64_t start = 0;       // the kernel's start time of `pid`, so a reused pid is never taken for it
+  pid_t pgid = 0;                // the task's process group: its main process's pid
+  std::uint64_t task_start = 0;  // the kernel's start time of that pid
+  std::string cgroup;            // "" when the task has none
+  std::string exit_file;         // "" when the exit status is `pid`'s own (no shim)
+};
+
+// Starts `spec` under the shim: the shim gets spec's environment, working
+// directory and output files and executes spec.command, and this waits (at
+// most 10 s) for its start report. An Error names the command and the step
+// that failed (not found, not executable, cgroup refused, ...); its field is
+// StorageFull or StorageError when the exit record could not be allocated.
+// `pidfd` is set to a pidfd of the shim, owned by the caller.
+Result<TaskProcess> spawn_task(const ProcessSpec& spec, const ShimSpec& shim, int& pidfd);
+
+// Sends `signal` to every process of the task: its cgroup's (SIGKILL through
+// cgroup.kill) when it has one, and its process group.
+Result<void> signal_task(const TaskProcess& task, int signal);
+
+// Once its shim is gone without a record (killed, or the machine went down):
+// kills and removes the task's cgroup, and SIGKILLs its process group only
+// while its main process is still the very one that started (after a reboot
+// the number may be another's).
+void kill_remains(const TaskProcess& task);
 
 // A pidfd for `pid` (owned by the caller): readable once the process exits,
 // whether or not it is our child.

@@ -1,7 +1,8 @@
 // Everything the agent must not forget across its own restarts, in one
 // append-only file, WORK_DIR/state.log: for every task it holds, the dispatch
-// it accepted, its process (pid and the kernel's start time of that pid, so a
-// reused pid is not mistaken for ours), the last status seq used and the last
+// it accepted, its process (its shim's pid and the kernel's start time of
+// that pid, so a reused pid is not mistaken for ours; the task's process
+// group, cgroup and the shim's exit record), the last status seq used and the last
 // report; every report the broker has not acknowledged yet, in order; and the
 // agent's run clock and highest seq, which only grow.
 //
@@ -31,6 +32,7 @@
 // Threading: not thread-safe; the agent's loop owns it.
 #pragma once
 
+#include "k8s4r/agent/process.h"
 #include "k8s4r/common/result.h"
 
 #include <nlohmann/json.hpp>
@@ -50,8 +52,7 @@ namespace k8s4r::agent {
 struct StoredTask {
   std::string uid;
   nlohmann::json dispatch;                     // the Dispatch that created it; null once it finished
-  pid_t pid = 0;                               // 0 when no process runs
-  std::uint64_t process_start = 0;             // /proc/<pid>/stat starttime, in clock ticks since boot
+  TaskProcess process;                         // process.pid is 0 when no process runs
   std::int64_t last_seq = 0;                   // the last seq handed out for this task
   std::string last_report;                     // the last TaskStatus made for it, as published ("" before the first)
   std::uint64_t finished_order = 0;            // when it finished, counting across restarts; 0 while it runs
@@ -96,7 +97,8 @@ class StateStore {
 
   // ---- changes: in memory at once, on disk at the next commit() ----
   void accept(const std::string& uid, const nlohmann::json& dispatch);
-  void set_process(const std::string& uid, pid_t pid, std::uint64_t process_start);
+  // The task's processes as they run now; TaskProcess{} when none does.
+  void set_process(const std::string& uid, const TaskProcess& process);
   // Records the task's report `seq` (its new last seq and last report) and
   // queues it for the broker; refused when the queue is full.
   Result<std::uint64_t> report(const std::string& uid, std::int64_t seq, const std::string& topic,

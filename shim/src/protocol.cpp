@@ -1,0 +1,103 @@
+#include "k8s4r/shim/protocol.h"
+
+#include "k8s4r/common/json_depth.h"
+
+#include <nlohmann/json.hpp>
+
+#include <limits>
+
+namespace k8s4r::shim {
+
+namespace {
+
+using nlohmann::json;
+
+// Only the shim writes these texts, but they are read from files and pipes,
+// so they are checked as any input is.
+Result<json> parse_object(std::string_view text) {
+  if (text.size() > 4096) return Error{"", "longer than 4096 bytes"};
+  if (json_nested_deeper_than(text)) return Error{"", "nests too deeply"};
+  json value = json::parse(text, nullptr, false);
+  if (value.is_discarded()) return Error{"", "not JSON"};
+  if (!value.is_object()) return Error{"", "must be a JSON object"};
+  return value;
+}
+
+Result<int> int_field(const json& object, const char* name, bool required, long long min, long long max) {
+  auto found = object.find(name);
+  if (found == object.end()) {
+    if (required) return Error{name, "is required"};
+    return 0;
+  }
+  if (!found->is_number_integer()) return Error{name, "must be an integer"};
+  const bool is_unsigned = found->is_number_unsigned();
+  if (is_unsigned && found->get<unsigned long long>() > static_cast<unsigned long long>(max)) {
+    return Error{name, "is out of range"};
+  }
+  const long long value =
+      is_unsigned ? static_cast<long long>(found->get<unsigned long long>()) : found->get<long long>();
+  if (value < min || value > max) return Error{name, "is out of range"};
+  return static_cast<int>(value);
+}
+
+constexpr long long kMaxPid = std::numeric_limits<pid_t>::max();
+
+}  // namespace
+
+std::string format_started(pid_t pid) { return "{\"pid\":" + std::to_string(pid) + "}\n"; }
+
+std::string format_start_failed(std::string_view step, int error) {
+  // The steps are the shim's own words: letters only, nothing to escape.
+  return "{\"error\":\"" + std::string(step) + "\",\"errno\":" + std::to_string(error) + "}\n";
+}
+
+Result<StartReport> parse_start_report(std::string_view text) {
+  auto object = parse_object(text);
+  if (!object) return object.error();
+  StartReport report;
+  auto step = object.value().find("error");
+  if (step != object.value().end()) {
+    if (!step->is_string() || step->get_ref<const std::string&>().empty()) {
+      return Error{"error", "must be a non-empty string"};
+    }
+    report.step = step->get<std::string>();
+    auto error = int_field(object.value(), "errno", true, 1, 4095);
+    if (!error) return error.error();
+    report.error = error.value();
+    return report;
+  }
+  auto pid = int_field(object.value(), "pid", true, 1, kMaxPid);
+  if (!pid) return pid.error();
+  report.pid = pid.value();
+  return report;
+}
+
+std::string format_exit_record(const ExitRecord& record) {
+  return "{\"pid\":" + std::to_string(record.pid) + ",\"exitCode\":" + std::to_string(record.exit_code) +
+         ",\"signal\":" + std::to_string(record.signal) + ",\"leftovers\":" + std::to_string(record.leftovers) + "}\n";
+}
+
+Result<ExitRecord> parse_exit_record(std::string_view text) {
+  const auto end = text.find_last_not_of('\0');
+  if (end == std::string_view::npos) return Error{"", "not written"};
+  text = text.substr(0, end + 1);
+  auto object = parse_object(text);
+  if (!object) return object.error();
+  ExitRecord record;
+  auto pid = int_field(object.value(), "pid", true, 1, kMaxPid);
+  if (!pid) return pid.error();
+  // 0-255 from exit(), 128+N for signal N (N < 65).
+  auto exit_code = int_field(object.value(), "exitCode", true, 0, 255);
+  if (!exit_code) return exit_code.error();
+  auto signal = int_field(object.value(), "signal", false, 0, 64);
+  if (!signal) return signal.error();
+  auto leftovers = int_field(object.value(), "leftovers", false, 0, std::numeric_limits<int>::max());
+  if (!leftovers) return leftovers.error();
+  record.pid = pid.value();
+  record.exit_code = exit_code.value();
+  record.signal = signal.value();
+  record.leftovers = leftovers.value();
+  return record;
+}
+
+}  // namespace k8s4r::shim

@@ -1,0 +1,363 @@
+#include "k8s4r/shim/shim.h"
+
+#include "k8s4r/shim/cgroup.h"
+#include "k8s4r/shim/protocol.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace k8s4r::shim {
+
+namespace {
+
+constexpr int kOwnSignals[] = {SIGHUP, SIGINT, SIGTERM, SIGQUIT, SIGPIPE};
+
+// What the forked child tells the shim when it cannot become the task.
+struct ChildFailure {
+  int step = 0;  // index into kSteps
+  int error = 0;
+};
+constexpr const char* kSteps[] = {"cgroup", "setpgid", "setgroups", "setgid", "setuid", "execvp"};
+
+void say(const std::string& text) {
+  const std::string line = "k8s4r-task-shim: " + text + "\n";
+  [[maybe_unused]] const auto written = write(STDERR_FILENO, line.data(), line.size());
+}
+
+void write_all(int fd, const std::string& text) {
+  if (fd < 0) return;
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t wrote = write(fd, text.data() + done, text.size() - done);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) return;  // the agent went away; the task runs on regardless
+    done += static_cast<std::size_t>(wrote);
+  }
+}
+
+// In the forked child: everything async-signal-safe, then exec.
+[[noreturn]] void become_task(const ShimOptions& options, char* const* argv, char** envp,
+                              const std::vector<gid_t>& groups, int cgroup_procs, int failure_pipe) {
+  auto fail = [failure_pipe](int step) {
+    const ChildFailure failure{step, errno};
+    [[maybe_unused]] const auto written = write(failure_pipe, &failure, sizeof failure);
+    _exit(127);
+  };
+  // Ignored signals stay ignored across exec: the task gets the defaults.
+  for (int signal : kOwnSignals) ::signal(signal, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (cgroup_procs >= 0 && write(cgroup_procs, "0", 1) != 1) fail(0);
+  if (setpgid(0, 0) != 0) fail(1);
+  if (options.switch_user) {
+    if (setgroups(groups.size(), groups.data()) != 0) fail(2);
+    if (setresgid(options.gid, options.gid, options.gid) != 0) fail(3);
+    if (setresuid(options.uid, options.uid, options.uid) != 0) fail(4);
+  }
+  // From here on the task's environment: execvp finds COMMAND in its PATH.
+  if (envp) environ = envp;
+  execvp(argv[0], argv);
+  fail(5);
+  _exit(127);  // not reached: fail() exits
+}
+
+// The task's environment from the agent: NUL-separated NAME=VALUE, to EOF.
+bool read_environment(int fd, std::vector<std::string>& out) {
+  std::string block;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t got = read(fd, buffer, sizeof buffer);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return false;
+    if (got == 0) break;
+    block.append(buffer, static_cast<std::size_t>(got));
+    if (block.size() > (16u << 20)) {
+      errno = E2BIG;
+      return false;
+    }
+  }
+  close(fd);
+  for (std::size_t start = 0; start < block.size();) {
+    std::size_t end = block.find('\0', start);
+    if (end == std::string::npos) end = block.size();
+    if (end > start) out.emplace_back(block, start, end - start);
+    start = end + 1;
+  }
+  return true;
+}
+
+// The shim's children but the task's main process, which stays a zombie
+// until the end is recorded, so its pid and process group cannot be reused
+// while the agent may still signal them.
+std::vector<pid_t> orphans(pid_t task) {
+  std::vector<pid_t> pids;
+  const std::string path = "/proc/self/task/" + std::to_string(getpid()) + "/children";
+  FILE* file = std::fopen(path.c_str(), "re");
+  if (!file) return pids;
+  for (long pid = 0; std::fscanf(file, "%ld", &pid) == 1;) {
+    if (pid != task) pids.push_back(static_cast<pid_t>(pid));
+  }
+  std::fclose(file);
+  return pids;
+}
+
+// Kills what the task left (its group, its cgroup, the orphans reparented to
+// the shim) until nothing is left or the deadline passes; returns how many
+// processes were left when its main process ended.
+int kill_leftovers(const ShimOptions& options, pid_t task) {
+  std::set<pid_t> seen;
+  for (pid_t pid : orphans(task)) seen.insert(pid);
+  if (!options.cgroup.empty()) {
+    if (auto in_cgroup = cgroup_processes(options.cgroup); in_cgroup) {
+      seen.insert(in_cgroup.value().begin(), in_cgroup.value().end());
+    }
+  }
+  kill(-task, SIGKILL);
+  const auto deadline = std::chrono::steady_clock::now() + options.drain_timeout;
+  for (;;) {
+    if (!options.cgroup.empty()) static_cast<void>(signal_cgroup(options.cgroup, SIGKILL));
+    for (pid_t pid : orphans(task)) {
+      seen.insert(pid);
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, WNOHANG);
+    }
+    bool populated = false;
+    if (!options.cgroup.empty()) {
+      auto state = cgroup_populated(options.cgroup);
+      populated = state && state.value();
+    }
+    if (orphans(task).empty() && !populated) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      say("processes of the task are still alive " + std::to_string(options.drain_timeout.count()) +
+          " ms after SIGKILL (uninterruptible sleep?); recording its end anyway");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!options.cgroup.empty()) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (auto removed = remove_cgroup(options.cgroup, std::max(left, std::chrono::milliseconds(0))); !removed) {
+      say(removed.error().message);  // the agent's next start removes it
+    }
+  }
+  seen.erase(task);
+  return static_cast<int>(seen.size());
+}
+
+// The record's file is made and its blocks allocated before the task starts,
+// and written in place when it ends: a disk that fills up meanwhile cannot
+// take a task's end away.
+constexpr off_t kRecordSpace = 4096;
+
+int open_exit_record(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return -1;
+  const int error = posix_fallocate(fd, 0, kRecordSpace);
+  if (error != 0) {
+    close(fd);
+    unlink(path.c_str());
+    errno = error;
+    return -1;
+  }
+  return fd;
+}
+
+bool write_exit_record(int fd, const std::string& path, const ExitRecord& record) {
+  const std::string text = format_exit_record(record);
+  const ssize_t written = pwrite(fd, text.data(), text.size(), 0);
+  const int error = errno;
+  // Shrinking frees blocks, needs none; the reader ignores zero padding anyway.
+  [[maybe_unused]] const int truncated = ftruncate(fd, static_cast<off_t>(text.size()));
+  if (close(fd) != 0 || written != static_cast<ssize_t>(text.size())) {
+    say("cannot write " + path + ": " + std::strerror(written < 0 ? error : EIO));
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<ShimOptions> parse_shim_args(const std::vector<std::string>& args, std::string& error) {
+  ShimOptions options;
+  std::size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (i + 1 >= args.size()) {
+      error = "'" + arg + "' needs a value";
+      return std::nullopt;
+    }
+    const std::string& value = args[++i];
+    if (arg == "--exit-file") {
+      options.exit_file = value;
+    } else if (arg == "--cgroup") {
+      options.cgroup = value;
+    } else if (arg == "--report-fd" || arg == "--env-fd") {
+      char* end = nullptr;
+      errno = 0;
+      const long fd = std::strtol(value.c_str(), &end, 10);
+      if (errno != 0 || end == value.c_str() || *end != '\0' || fd < 0 || fd > 1'000'000) {
+        error = arg + " must be a descriptor number, got '" + value + "'";
+        return std::nullopt;
+      }
+      (arg == "--report-fd" ? options.report_fd : options.env_fd) = static_cast<int>(fd);
+    } else if (arg == "--user") {
+      // UID:GID[:GROUP,GROUP...], all numbers.
+      std::vector<unsigned long> numbers;
+      std::size_t colons = 0;
+      const char* at = value.c_str();
+      for (;;) {
+        char* end = nullptr;
+        errno = 0;
+        if (*at < '0' || *at > '9') break;
+        const unsigned long number = std::strtoul(at, &end, 10);
+        if (errno != 0 || number > 0xfffffffeUL) break;
+        numbers.push_back(number);
+        at = end;
+        if (*at == '\0') break;
+        if (*at == ':' && colons < 2) {
+          ++colons;
+        } else if (*at != ',' || colons != 2) {
+          break;
+        }
+        ++at;
+      }
+      if (*at != '\0' || numbers.size() < 2 || (colons == 1 && numbers.size() != 2)) {
+        error = "--user must be UID:GID[:GROUP,...] in numbers, got '" + value + "'";
+        return std::nullopt;
+      }
+      options.switch_user = true;
+      options.uid = static_cast<unsigned>(numbers[0]);
+      options.gid = static_cast<unsigned>(numbers[1]);
+      options.groups.assign(numbers.begin() + 2, numbers.end());
+    } else {
+      error = "unknown option '" + arg + "'";
+      return std::nullopt;
+    }
+  }
+  options.command.assign(args.begin() + static_cast<std::ptrdiff_t>(std::min(i, args.size())), args.end());
+  if (options.exit_file.empty() || options.exit_file.front() != '/') {
+    error = "--exit-file must be an absolute path";
+    return std::nullopt;
+  }
+  if (!options.cgroup.empty() && options.cgroup.front() != '/') {
+    error = "--cgroup must be an absolute path";
+    return std::nullopt;
+  }
+  if (options.command.empty() || options.command.front().empty()) {
+    error = "no command after '--'";
+    return std::nullopt;
+  }
+  return options;
+}
+
+int run_shim(const ShimOptions& options) {
+  for (int signal : kOwnSignals) ::signal(signal, SIG_IGN);
+  // Orphans of the task become the shim's children, to be found and killed
+  // when the task ends even where no cgroup holds them.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  if (options.report_fd >= 0) fcntl(options.report_fd, F_SETFD, FD_CLOEXEC);
+
+  const int record_fd = open_exit_record(options.exit_file);
+  if (record_fd < 0) {
+    write_all(options.report_fd, format_start_failed("exitfile", errno));
+    return 1;
+  }
+  int cgroup_procs = -1;
+  if (!options.cgroup.empty()) {
+    cgroup_procs = open((options.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    if (cgroup_procs < 0) {
+      write_all(options.report_fd, format_start_failed("cgroup", errno));
+      return 1;
+    }
+  }
+  int failure_pipe[2];
+  if (pipe2(failure_pipe, O_CLOEXEC) != 0) {
+    write_all(options.report_fd, format_start_failed("pipe", errno));
+    return 1;
+  }
+  std::vector<char*> argv;
+  for (const std::string& arg : options.command) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> environment;
+  std::vector<char*> envp;
+  if (options.env_fd >= 0) {
+    if (!read_environment(options.env_fd, environment)) {
+      write_all(options.report_fd, format_start_failed("environment", errno));
+      return 1;
+    }
+    for (std::string& variable : environment) envp.push_back(variable.data());
+    envp.push_back(nullptr);
+  }
+  const std::vector<gid_t> groups(options.groups.begin(), options.groups.end());
+
+  const pid_t task = fork();
+  if (task < 0) {
+    write_all(options.report_fd, format_start_failed("fork", errno));
+    return 1;
+  }
+  if (task == 0) {
+    become_task(options, argv.data(), envp.empty() ? nullptr : envp.data(), groups, cgroup_procs, failure_pipe[1]);
+  }
+  close(failure_pipe[1]);
+  if (cgroup_procs >= 0) close(cgroup_procs);
+  ChildFailure failure;
+  ssize_t got = 0;
+  do {
+    got = read(failure_pipe[0], &failure, sizeof failure);
+  } while (got < 0 && errno == EINTR);
+  close(failure_pipe[0]);
+  if (got == static_cast<ssize_t>(sizeof failure)) {
+    waitpid(task, nullptr, 0);
+    if (!options.cgroup.empty()) rmdir(options.cgroup.c_str());
+    close(record_fd);
+    unlink(options.exit_file.c_str());
+    write_all(options.report_fd, format_start_failed(kSteps[failure.step], failure.error));
+    return 1;
+  }
+  write_all(options.report_fd, format_started(task));
+  if (options.report_fd >= 0) close(options.report_fd);
+
+  // Learn how the task ended without reaping it yet (WNOWAIT); reap the
+  // orphans of the task that end meanwhile.
+  siginfo_t ended{};
+  for (;;) {
+    ended = siginfo_t{};
+    if (waitid(P_ALL, 0, &ended, WEXITED | WNOWAIT) != 0) {
+      if (errno == EINTR) continue;
+      say(std::string("waitid: ") + std::strerror(errno));  // cannot happen: the task is our child
+      break;
+    }
+    if (ended.si_pid == task) break;
+    waitpid(ended.si_pid, nullptr, 0);
+  }
+  ExitRecord record;
+  record.pid = task;
+  if (ended.si_code == CLD_EXITED) {
+    record.exit_code = ended.si_status;
+  } else {
+    record.signal = ended.si_status;
+    record.exit_code = 128 + record.signal;
+  }
+  record.leftovers = kill_leftovers(options, task);
+  const bool written = write_exit_record(record_fd, options.exit_file, record);
+  waitpid(task, nullptr, 0);
+  return written ? 0 : 2;
+}
+
+}  // namespace k8s4r::shim
