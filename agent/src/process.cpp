@@ -149,7 +149,7 @@ Result<int> environment_pipe(const std::map<std::string, std::string>& env) {
   }
   auto ends = high_pipe();
   if (!ends) return ends.error();
-  auto [read_end, write_end] = ends.value();
+  const int read_end = ends.value()[0], write_end = ends.value()[1];
   auto fail = [&](const std::string& what) -> Result<int> {
     close(read_end);
     close(write_end);
