@@ -409,6 +409,8 @@ class Bench:
             line = response.readline()
             if not line:
                 return
+            if not line.strip():
+                continue  # a keep-alive between events on an idle watch
             now = time.time_ns()
             event = json.loads(line)
             task = event["object"]
