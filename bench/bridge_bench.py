@@ -329,6 +329,10 @@ class Bench:
         self.stopping.append(agent.cleanup)
         wait_until(lambda: self.sim.request("GET", "/apis/robot.k8s4r.io/v1alpha1/namespaces/default/robots/"
                                             "bench-agent")[0] == 200, 30, "the agent's Robot")
+        # The agent takes no task before the bridge has answered its register, and on a slow machine that answer
+        # waits behind the fleet's register storm (robots ask again every 5 s until answered): the clock must not
+        # start before it arrived.
+        wait_until(lambda: "] registered" in agent.log_text(), 180, "the agent's register to be answered")
         names = [f"latency-{i:05d}" for i in range(count)]
         self.create_tasks("default", names, ["bench-agent"], {"bench": "latency"},
                           command=("/bin/sh", "-c", "date +%s%N; sleep 0.1"))
@@ -475,6 +479,9 @@ def main():
             failed = True
             print("bridge log (tail):\n" + bench.bridge.log_text()[-4000:] if hasattr(bench, "bridge") else "",
                   file=sys.stderr)
+            agent_log = bench.workdir / "agent-bench-agent.log"
+            if agent_log.exists():
+                print("agent log (tail):\n" + agent_log.read_text()[-4000:], file=sys.stderr)
             raise
         finally:
             bench.stop()
