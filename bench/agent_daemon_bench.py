@@ -11,7 +11,10 @@ robot runs it. Measures, over --repeats runs side by side:
    and with 100 and 1,000 tasks running (`sleep`).
 4. with --remember N: RSS and state.log size once N more tasks have finished
    (all remembered for their retention), and the cost of each in memory.
-5. with --bulky-burst N: N dispatches of ~200 KiB each at once (the size limit
+5. with --cpu-load N: N processes spinning on the CPU (at the same priority as
+   the agent) for the whole run, as a busy robot or a shared test machine has
+   them: every step of a task's start then waits for a core.
+6. with --bulky-burst N: N dispatches of ~200 KiB each at once (the size limit
    is 256 KiB): the time until every one completed and the agent's peak RSS
    (VmHWM), which is what received messages waiting for the loop cost.
 
@@ -239,8 +242,23 @@ def main():
     parser.add_argument("--hold", default="100,1000")
     parser.add_argument("--remember", type=int, default=0)
     parser.add_argument("--bulky-burst", type=int, default=0)
+    parser.add_argument("--cpu-load", type=int, default=0)
     args = parser.parse_args()
     rows = []
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.cpu_load)]
+    try:
+        run_all(args, rows)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    print("\nmedians over", len(rows), "runs:")
+    for key in rows[0]:
+        values = [row[key] for row in rows]
+        print(f"  {key}: {statistics.median(values):.3f}  (runs: {', '.join(f'{v:.3f}' for v in values)})")
+
+
+def run_all(args, rows):
     for repeat in range(args.repeats):
         workdir = tempfile.mkdtemp(prefix="agent-bench-")
         run = Run(args.agent, workdir)
@@ -273,10 +291,6 @@ def main():
                 shutil.rmtree(workdir, ignore_errors=True)
             else:
                 print("kept for inspection:", workdir, file=sys.stderr)
-    print("\nmedians over", len(rows), "runs:")
-    for key in rows[0]:
-        values = [row[key] for row in rows]
-        print(f"  {key}: {statistics.median(values):.3f}  (runs: {', '.join(f'{v:.3f}' for v in values)})")
 
 
 if __name__ == "__main__":

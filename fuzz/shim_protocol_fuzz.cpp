@@ -1,6 +1,8 @@
-// What k8s4r-task-shim tells the agent (shim/include/k8s4r/shim/protocol.h),
-// as the agent reads it: a start report from a pipe and an exit record from a
-// file a crash or a full disk may have left half written or all zeros. Any
+// What k8s4r-task-shim and the agent tell each other
+// (shim/include/k8s4r/shim/protocol.h): the task handed to a spare shim, as
+// the shim reads it, and, as the agent reads them, a start report from a
+// socket and an exit record from a file a crash or a full disk may have left
+// half written or all zeros. Any
 // bytes give a value or a refusal, never a crash; what is accepted encodes
 // to a text that parses back to the same values. The shim's command line is
 // parsed the same way.
@@ -49,6 +51,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                   again.value().step != step)) {
       broken("start report round trip");
     }
+  }
+
+  if (auto handoff = parse_task_handoff(text); handoff) {
+    if (format_task_handoff(handoff.value()) != text) broken("handoff round trip");
+  }
+  if (size >= 4) {
+    auto length = parse_handoff_length(text.substr(0, 4));
+    if (length && length.value() > kMaxHandoffBlock) broken("an oversized block accepted");
   }
 
   // The command line: NUL-separated arguments.

@@ -250,6 +250,7 @@ std::chrono::nanoseconds Agent::kill_timeout_of(const Task& task) const {
 void Agent::start() {
   restore();
   kill_orphans();
+  prepare_spare_shim();  // so the first task need not start one
   remove_exit_records(true);
   forget_expired();
   if (hooks_.watchdog_interval) feed_watchdog();
@@ -660,6 +661,16 @@ void Agent::start_process(Task& task) {
   status.started_at = task.started_at;
   status.message = "started " + task.spec.exec_config->command;
   report(task, status);
+  // The next task's shim, once this one's report is on its way.
+  loop_.post([this] { prepare_spare_shim(); });
+}
+
+void Agent::prepare_spare_shim() {
+  if (shutting_down_) return;
+  if (auto ready = spares_->prepare(); !ready) {
+    // The next task starts one itself, and says so if that fails too.
+    spdlog::warn("cannot keep a task shim ready: {}", ready.error().message);
+  }
 }
 
 void Agent::stop(Task& task, StopReason reason) {
@@ -1134,6 +1145,7 @@ void Agent::set_up_containment() {
     throw std::runtime_error("the task shim " + shim_path_ + " is missing or not executable (" + std::strerror(errno) +
                              "): install k8s4r-task-shim next to k8s4r-agent, or set task-shim");
   }
+  spares_ = std::make_unique<SpareShims>(shim_path_);
   if (config_.task_cgroups == "off") {
     spdlog::info("task-cgroups is off: tasks are contained by process group and their shim only");
     return;
@@ -1158,6 +1170,7 @@ void Agent::set_up_containment() {
 Result<ShimSpec> Agent::shim_for(const Task& task) {
   ShimSpec shim;
   shim.path = shim_path_;
+  shim.spares = spares_.get();
   // One record per run: a run's record may still wait for the commit that
   // makes its end durable when the next run starts.
   shim.exit_file = exits_dir_ + "/" + task.uid + "." +

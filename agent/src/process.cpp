@@ -1,6 +1,7 @@
 #include "k8s4r/agent/process.h"
 
 #include "durable_file.h"
+#include "k8s4r/agent/spare_shims.h"
 #include "k8s4r/shim/cgroup.h"
 #include "k8s4r/shim/protocol.h"
 
@@ -8,6 +9,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -92,8 +94,10 @@ Result<SpawnedProcess> spawn_process(const ProcessSpec& spec) {
 namespace {
 
 // Reads the shim's start report: everything up to EOF (the shim closes its
-// end once the task runs, or exits) or the deadline.
-Result<std::string> read_start_report(int fd) {
+// end once the task runs, or exits) or the deadline. `reset` is set when the
+// shim went away leaving some of its task unread: it never started it.
+Result<std::string> read_start_report(int fd, bool& reset) {
+  reset = false;
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (;;) {
@@ -108,6 +112,7 @@ Result<std::string> read_start_report(int fd) {
     char buffer[256];
     const ssize_t got = read(fd, buffer, sizeof buffer);
     if (got < 0 && errno == EINTR) continue;
+    reset = got < 0 && errno == ECONNRESET;
     if (got < 0) return Error{"command", std::string("reading the task shim's report: ") + std::strerror(errno)};
     if (got == 0) return text;
     text.append(buffer, static_cast<std::size_t>(got));
@@ -115,106 +120,69 @@ Result<std::string> read_start_report(int fd) {
   }
 }
 
-// A pipe whose ends are both above the descriptors a child gets passed, so
-// passing one never overwrites the other; close-on-exec.
-Result<std::array<int, 2>> high_pipe() {
-  int ends[2];
-  if (pipe2(ends, O_CLOEXEC) != 0) return Error{"command", std::string("pipe: ") + std::strerror(errno)};
-  for (int& end : ends) {
-    if (end > 9) continue;
-    const int moved = fcntl(end, F_DUPFD_CLOEXEC, 10);
-    const int error = errno;
-    close(end);
-    end = moved;
-    if (moved < 0) {
-      for (int other : ends) {
-        if (other >= 0) close(other);
-      }
-      return Error{"command", std::string("fcntl: ") + std::strerror(error)};
+// Sends all of `bytes`; the socket's send timeout bounds the wait. `reset`
+// as read_start_report's.
+Result<void> send_all(int fd, const std::string& bytes, bool& reset) {
+  reset = false;
+  for (std::size_t done = 0; done < bytes.size();) {
+    const ssize_t sent = send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (sent < 0 && errno == EINTR) continue;
+    reset = sent < 0 && (errno == EPIPE || errno == ECONNRESET);
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return Error{"command", "the task shim did not take its task within 10s"};
     }
+    if (sent <= 0) return Error{"command", std::string("handing the task to its shim: ") + std::strerror(errno)};
+    done += static_cast<std::size_t>(sent);
   }
-  return std::array<int, 2>{ends[0], ends[1]};
+  return ok();
 }
 
-// The task's environment, NUL-separated, written whole into a pipe before
-// the shim starts (the pipe is made large enough, so this never waits on the
-// shim): the shim's own environment is not the task's.
-Result<int> environment_pipe(const std::map<std::string, std::string>& env) {
-  std::string block;
-  for (const auto& [key, value] : env) {
-    block += key;
-    block += '=';
-    block += value;
-    block += '\0';
+// The shim's arguments and the task's environment, as a spare takes them.
+std::string handoff_for(const ProcessSpec& spec, const ShimSpec& shim) {
+  shim::TaskHandoff handoff;
+  auto& args = handoff.args;
+  args = {"--exit-file", shim.exit_file};
+  if (!shim.cgroup.empty()) args.insert(args.end(), {"--cgroup", shim.cgroup});
+  if (!spec.stdout_path.empty()) args.insert(args.end(), {"--stdout", spec.stdout_path});
+  if (!spec.stderr_path.empty()) args.insert(args.end(), {"--stderr", spec.stderr_path});
+  args.insert(args.end(), {"--output", spec.append_output ? "append" : "truncate"});
+  if (!spec.working_dir.empty()) args.insert(args.end(), {"--chdir", spec.working_dir});
+  if (spec.user) {
+    std::string user = std::to_string(spec.user->uid) + ":" + std::to_string(spec.user->gid);
+    for (std::size_t i = 0; i < spec.user->groups.size(); ++i) {
+      user += (i == 0 ? ":" : ",") + std::to_string(spec.user->groups[i]);
+    }
+    args.insert(args.end(), {"--user", user});
   }
-  auto ends = high_pipe();
-  if (!ends) return ends.error();
-  const int read_end = ends.value()[0], write_end = ends.value()[1];
-  auto fail = [&](const std::string& what) -> Result<int> {
-    close(read_end);
-    close(write_end);
-    return Error{"command", what};
-  };
-  if (block.size() > 65536 && fcntl(write_end, F_SETPIPE_SZ, static_cast<int>(block.size())) < 0) {
-    return fail("the task's environment (" + std::to_string(block.size()) +
-                " bytes) does not fit a pipe: " + std::strerror(errno));
-  }
-  for (std::size_t done = 0; done < block.size();) {
-    const ssize_t wrote = write(write_end, block.data() + done, block.size() - done);
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) return fail(std::string("writing the task's environment: ") + std::strerror(errno));
-    done += static_cast<std::size_t>(wrote);
-  }
-  close(write_end);
-  return read_end;
+  args.insert(args.end(), {"--", spec.command});
+  args.insert(args.end(), spec.args.begin(), spec.args.end());
+  for (const auto& [key, value] : spec.env) handoff.env.push_back(key + "=" + value);
+  return shim::format_task_handoff(handoff);
 }
 
 }  // namespace
 
 Result<TaskProcess> spawn_task(const ProcessSpec& spec, const ShimSpec& shim, int& pidfd) {
   if (spec.command.empty()) return Error{"command", "is empty"};
-  auto env_fd = environment_pipe(spec.env);
-  if (!env_fd) return env_fd.error();
-  auto report_pipe = high_pipe();
-  if (!report_pipe) {
-    close(env_fd.value());
-    return report_pipe.error();
+  const std::string handoff = handoff_for(spec, shim);
+  // A spare kept ready, else one started now. A ready one that went away
+  // before it took the whole task (killed while it waited) never started it,
+  // and is replaced once.
+  SpareShim spare;
+  Result<std::string> text = std::string();
+  for (int attempt = 0;; ++attempt) {
+    bool was_ready = false;
+    auto taken = shim.spares ? shim.spares->take(was_ready) : start_spare_shim(shim.path);
+    if (!taken) return taken.error();
+    spare = taken.value();
+    bool reset = false;
+    auto sent = send_all(spare.channel, handoff, reset);
+    text = sent ? read_start_report(spare.channel, reset) : Result<std::string>(sent.error());
+    if (!reset || !was_ready || attempt > 0) break;
+    discard(spare);
   }
-  int ends[2] = {report_pipe.value()[0], report_pipe.value()[1]};
-  ProcessSpec wrapped = spec;
-  wrapped.command = shim.path;
-  wrapped.user.reset();
-  wrapped.pass_fds = {ends[1], env_fd.value()};  // descriptors 3 and 4
-  // The shim's own environment: nothing of the task's (its LD_PRELOAD, say,
-  // must not reach a process running as root), only what finds the shim and
-  // marks it as this agent's.
-  wrapped.env.clear();
-  for (const char* name : {"PATH", "K8S4R_AGENT_WORK_DIR", "K8S4R_TASK_UID"}) {
-    if (auto found = spec.env.find(name); found != spec.env.end()) wrapped.env.insert(*found);
-  }
-  if (const char* path = std::getenv("PATH")) wrapped.env["PATH"] = path;
-  wrapped.args = {"--exit-file", shim.exit_file};
-  if (!shim.cgroup.empty()) wrapped.args.insert(wrapped.args.end(), {"--cgroup", shim.cgroup});
-  wrapped.args.insert(wrapped.args.end(), {"--report-fd", "3", "--env-fd", "4"});
-  if (spec.user) {
-    std::string user = std::to_string(spec.user->uid) + ":" + std::to_string(spec.user->gid);
-    for (std::size_t i = 0; i < spec.user->groups.size(); ++i) {
-      user += (i == 0 ? ":" : ",") + std::to_string(spec.user->groups[i]);
-    }
-    wrapped.args.insert(wrapped.args.end(), {"--user", user});
-  }
-  wrapped.args.insert(wrapped.args.end(), {"--", spec.command});
-  wrapped.args.insert(wrapped.args.end(), spec.args.begin(), spec.args.end());
-  auto spawned = spawn_process(wrapped);
-  close(ends[1]);
-  close(env_fd.value());
-  if (!spawned) {
-    close(ends[0]);
-    return Error{"command", "cannot start the task shim " + shim.path + ": " + spawned.error().message};
-  }
-  const SpawnedProcess shim_process = spawned.value();
-  auto text = read_start_report(ends[0]);
-  close(ends[0]);
+  close(spare.channel);
+  const SpawnedProcess shim_process{spare.pid, spare.pidfd};
   auto give_up = [&](const Error& error) -> Result<TaskProcess> {
     kill(shim_process.pid, SIGKILL);
     ::unlink(shim.exit_file.c_str());

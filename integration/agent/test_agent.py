@@ -635,6 +635,52 @@ def test_dispatch_sent_while_the_agent_is_away_still_arrives(broker, bridge, age
     assert bridge.final("t-queued")["state"] == "completed"
 
 
+def shims_of(parent):
+    """{pid: number of children} of the k8s4r-task-shim processes whose parent is `parent`."""
+    stats = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit():
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                stats[int(entry.name)] = (fields[0], int(fields[1]), (entry / "comm").read_text().strip())
+        except OSError:
+            pass
+    shims = {pid: 0 for pid, (state, ppid, comm) in stats.items()
+             if ppid == parent and comm == "k8s4r-task-shim" and state != "Z"}
+    for state, ppid, _ in stats.values():
+        if ppid in shims:
+            shims[ppid] += 1
+    return shims
+
+
+def test_the_agent_keeps_one_task_shim_ready_and_never_leaves_one_behind(bridge, agent_factory):
+    """A task starts in a shim the agent started ahead of it (so its start does not wait for the shim's exec); the
+    spare leaves with its agent, even one killed with -9, while the shims of running tasks stay with their tasks."""
+    agent = agent_factory().start()
+    bridge.wait_for(PRESENCE, lambda m: m["online"])
+    wait_until(lambda: len(shims_of(agent.process.pid)) == 1, 10, "a spare shim")
+    [spare] = shims_of(agent.process.pid)
+    bridge.send(create("t-in-spare", "sleep", ["100"]))
+    bridge.wait_for(status_topic("t-in-spare"), lambda m: m["state"] == "running")
+    # The spare took the task, and another is made ready.
+    wait_until(lambda: len(shims_of(agent.process.pid)) == 2, 10, "a new spare")
+    shims = shims_of(agent.process.pid)
+    assert shims[spare] == 1, shims
+    [new_spare] = [pid for pid, children in shims.items() if children == 0]
+    agent.kill9()
+    wait_until(lambda: not alive(new_spare), 5, "the spare to leave with its agent")
+    assert alive(spare)  # the task's shim stays with its task
+    agent.start()
+    wait_until(lambda: "still runs under its shim" in agent.log_text(), 10, "the task adopted")
+    wait_until(lambda: len(shims_of(agent.process.pid)) == 1, 10, "a spare of the new agent")
+    bridge.send(delete("t-in-spare"))
+    assert bridge.final("t-in-spare")["state"] == "failed"
+    wait_until(lambda: not alive(spare), 5, "the task's shim to end with its task")
+    [last_spare] = shims_of(agent.process.pid)
+    assert agent.stop() == 0
+    assert not alive(last_spare)
+
+
 def test_agent_kill9_and_restart_runs_nothing_twice_and_tasks_end_with_their_true_exit_codes(
         broker, bridge, agent_factory, tmp_path):
     agent = agent_factory().start()
@@ -758,10 +804,12 @@ def test_a_task_hiding_from_the_restart_sweep_is_found_by_its_cgroup(bridge, age
     agent.kill9()
     # The shim first (were the task's main process to die first, the shim would record its end and kill
     # the rest itself), then the task's main process; the hidden one carries no mark.
+    # (The shim carries no mark: it was started as a spare, before its task was known; it is its task's parent.)
     marked = processes_marked(agent.work_dir)
-    shims = [pid for pid in marked if pathlib.Path(f"/proc/{pid}/comm").read_text().strip() == "k8s4r-task-shim"]
+    parents = {int(pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in marked}
+    shims = [pid for pid in parents if pathlib.Path(f"/proc/{pid}/comm").read_text().strip() == "k8s4r-task-shim"]
     assert len(shims) == 1
-    for pid in shims + [pid for pid in marked if pid not in shims]:
+    for pid in shims + marked:
         os.kill(pid, signal.SIGKILL)
     assert alive(hidden) and hidden not in processes_marked(agent.work_dir)
     agent.start()

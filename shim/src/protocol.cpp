@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <limits>
 
 namespace k8s4r::shim {
@@ -42,7 +43,71 @@ Result<int> int_field(const json& object, const char* name, bool required, long 
 
 constexpr long long kMaxPid = std::numeric_limits<pid_t>::max();
 
+void append_block(std::string& out, const std::vector<std::string>& strings) {
+  std::string block;
+  for (const std::string& item : strings) {
+    block += item;
+    block += '\0';
+  }
+  const auto length = static_cast<std::uint32_t>(block.size());
+  for (int shift = 0; shift < 32; shift += 8) out += static_cast<char>((length >> shift) & 0xff);
+  out += block;
+}
+
+// One block from the front of `bytes`, which it then leaves after it.
+Result<std::vector<std::string>> take_block(std::string_view& bytes, const char* name) {
+  auto length = parse_handoff_length(bytes.substr(0, std::min<std::size_t>(bytes.size(), 4)));
+  if (!length) return Error{name, length.error().message};
+  bytes.remove_prefix(4);
+  if (bytes.size() < length.value()) return Error{name, "is cut short"};
+  std::string_view block = bytes.substr(0, length.value());
+  bytes.remove_prefix(length.value());
+  if (!block.empty() && block.back() != '\0') return Error{name, "does not end in a NUL"};
+  std::vector<std::string> strings;
+  while (!block.empty()) {
+    const auto end = block.find('\0');
+    strings.emplace_back(block.substr(0, end));
+    block.remove_prefix(end + 1);
+  }
+  return strings;
+}
+
 }  // namespace
+
+std::string format_task_handoff(const TaskHandoff& handoff) {
+  std::string out;
+  append_block(out, handoff.args);
+  append_block(out, handoff.env);
+  return out;
+}
+
+Result<std::uint32_t> parse_handoff_length(std::string_view prefix) {
+  if (prefix.size() != 4) return Error{"", "a length is 4 bytes"};
+  std::uint32_t length = 0;
+  for (int i = 3; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(prefix[static_cast<std::size_t>(i)]);
+  if (length > kMaxHandoffBlock) {
+    return Error{"", "holds " + std::to_string(length) + " bytes, more than " + std::to_string(kMaxHandoffBlock)};
+  }
+  return length;
+}
+
+Result<TaskHandoff> parse_task_handoff(std::string_view bytes) {
+  TaskHandoff handoff;
+  auto args = take_block(bytes, "arguments");
+  if (!args) return args.error();
+  auto env = take_block(bytes, "environment");
+  if (!env) return env.error();
+  if (!bytes.empty()) return Error{"", std::to_string(bytes.size()) + " bytes after the environment"};
+  for (const std::string& variable : env.value()) {
+    const auto equals = variable.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      return Error{"environment", "holds '" + variable.substr(0, 64) + "', not NAME=VALUE"};
+    }
+  }
+  handoff.args = std::move(args).value();
+  handoff.env = std::move(env).value();
+  return handoff;
+}
 
 std::string format_started(pid_t pid) { return "{\"pid\":" + std::to_string(pid) + "}\n"; }
 

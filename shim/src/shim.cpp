@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 namespace k8s4r::shim {
 
@@ -45,7 +46,8 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
-// In the forked child: everything async-signal-safe, then exec.
+// In the vforked child: everything async-signal-safe, nothing that writes
+// the shim's memory (the child shares it), then exec.
 [[noreturn]] void become_task(const ShimOptions& options, char* const* argv, char** envp,
                               const std::vector<gid_t>& groups, int cgroup_procs, int failure_pipe) {
   auto fail = [failure_pipe](int step) {
@@ -65,36 +67,11 @@ void write_all(int fd, const std::string& text) {
     if (setresgid(options.gid, options.gid, options.gid) != 0) fail(3);
     if (setresuid(options.uid, options.uid, options.uid) != 0) fail(4);
   }
-  // From here on the task's environment: execvp finds COMMAND in its PATH.
-  if (envp) environ = envp;
-  execvp(argv[0], argv);
+  // The task's environment: execvpe finds COMMAND in its PATH. (Not by
+  // setting environ: this child shares the shim's memory until it executes.)
+  execvpe(argv[0], argv, envp ? envp : environ);
   fail(5);
   _exit(127);  // not reached: fail() exits
-}
-
-// The task's environment from the agent: NUL-separated NAME=VALUE, to EOF.
-bool read_environment(int fd, std::vector<std::string>& out) {
-  std::string block;
-  char buffer[65536];
-  for (;;) {
-    const ssize_t got = read(fd, buffer, sizeof buffer);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return false;
-    if (got == 0) break;
-    block.append(buffer, static_cast<std::size_t>(got));
-    if (block.size() > (16u << 20)) {
-      errno = E2BIG;
-      return false;
-    }
-  }
-  close(fd);
-  for (std::size_t start = 0; start < block.size();) {
-    std::size_t end = block.find('\0', start);
-    if (end == std::string::npos) end = block.size();
-    if (end > start) out.emplace_back(block, start, end - start);
-    start = end + 1;
-  }
-  return true;
 }
 
 // The shim's children but the task's main process, which stays a zombie
@@ -207,7 +184,19 @@ std::optional<ShimOptions> parse_shim_args(const std::vector<std::string>& args,
       options.exit_file = value;
     } else if (arg == "--cgroup") {
       options.cgroup = value;
-    } else if (arg == "--report-fd" || arg == "--env-fd") {
+    } else if (arg == "--stdout") {
+      options.stdout_path = value;
+    } else if (arg == "--stderr") {
+      options.stderr_path = value;
+    } else if (arg == "--chdir") {
+      options.working_dir = value;
+    } else if (arg == "--output") {
+      if (value != "truncate" && value != "append") {
+        error = "--output must be truncate or append, got '" + value + "'";
+        return std::nullopt;
+      }
+      options.append_output = value == "append";
+    } else if (arg == "--report-fd") {
       char* end = nullptr;
       errno = 0;
       const long fd = std::strtol(value.c_str(), &end, 10);
@@ -215,7 +204,7 @@ std::optional<ShimOptions> parse_shim_args(const std::vector<std::string>& args,
         error = arg + " must be a descriptor number, got '" + value + "'";
         return std::nullopt;
       }
-      (arg == "--report-fd" ? options.report_fd : options.env_fd) = static_cast<int>(fd);
+      options.report_fd = static_cast<int>(fd);
     } else if (arg == "--user") {
       // UID:GID[:GROUP,GROUP...], all numbers.
       std::vector<unsigned long> numbers;
@@ -273,6 +262,26 @@ int run_shim(const ShimOptions& options) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (options.report_fd >= 0) fcntl(options.report_fd, F_SETFD, FD_CLOEXEC);
 
+  // The task's output files become the shim's own standard output and error
+  // (its few words go there too) and the task inherits them. Opened as root:
+  // never through a link the task may have put in its directory.
+  const int output_flags =
+      O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (options.append_output ? 0 : O_TRUNC);
+  for (const auto& [path, target, step] : {std::tuple{&options.stdout_path, STDOUT_FILENO, "stdout"},
+                                           std::tuple{&options.stderr_path, STDERR_FILENO, "stderr"}}) {
+    if (path->empty()) continue;
+    const int fd = open(path->c_str(), output_flags, 0640);
+    if (fd < 0 || dup2(fd, target) < 0) {
+      write_all(options.report_fd, format_start_failed(step, errno));
+      return 1;
+    }
+    close(fd);
+  }
+  if (!options.working_dir.empty() && chdir(options.working_dir.c_str()) != 0) {
+    write_all(options.report_fd, format_start_failed("chdir", errno));
+    return 1;
+  }
+
   const int record_fd = open_exit_record(options.exit_file);
   if (record_fd < 0) {
     write_all(options.report_fd, format_start_failed("exitfile", errno));
@@ -296,17 +305,17 @@ int run_shim(const ShimOptions& options) {
   argv.push_back(nullptr);
   std::vector<std::string> environment;
   std::vector<char*> envp;
-  if (options.env_fd >= 0) {
-    if (!read_environment(options.env_fd, environment)) {
-      write_all(options.report_fd, format_start_failed("environment", errno));
-      return 1;
-    }
+  if (options.env) {
+    environment = *options.env;
     for (std::string& variable : environment) envp.push_back(variable.data());
     envp.push_back(nullptr);
   }
   const std::vector<gid_t> groups(options.groups.begin(), options.groups.end());
 
-  const pid_t task = fork();
+  // vfork: the child borrows the shim's memory until it executes the task,
+  // so starting it copies no page tables (the shim waits meanwhile, as it
+  // would for the failure pipe anyway).
+  const pid_t task = vfork();
   if (task < 0) {
     write_all(options.report_fd, format_start_failed("fork", errno));
     return 1;
@@ -358,6 +367,67 @@ int run_shim(const ShimOptions& options) {
   const bool written = write_exit_record(record_fd, options.exit_file, record);
   waitpid(task, nullptr, 0);
   return written ? 0 : 2;
+}
+
+namespace {
+
+// Appends `size` bytes read from `fd` to `out`; returns how many it got
+// before EOF or an error (errno 0 at EOF).
+std::size_t read_exactly(int fd, std::string& out, std::size_t size) {
+  const std::size_t start = out.size();
+  out.resize(start + size);
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t got = read(fd, out.data() + start + done, size - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      if (got == 0) errno = 0;
+      break;
+    }
+    done += static_cast<std::size_t>(got);
+  }
+  out.resize(start + done);
+  return done;
+}
+
+}  // namespace
+
+int run_spare(int fd) {
+  // As run_shim: the agent signals the task, never its shim. A spare leaves
+  // when its descriptor closes.
+  for (int signal : kOwnSignals) ::signal(signal, SIG_IGN);
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  std::string bytes;
+  auto refuse = [fd](const std::string& why, int error) {
+    say("the task handed over " + why);
+    write_all(fd, format_start_failed("handoff", error));
+    return 1;
+  };
+  for (int block = 0; block < 2; ++block) {
+    const std::size_t prefix_at = bytes.size();
+    if (read_exactly(fd, bytes, 4) != 4) {
+      if (block == 0 && bytes.empty() && errno == 0) return 0;  // no task came: the agent went away
+      return refuse("was cut short", errno == 0 ? EPROTO : errno);
+    }
+    auto length = parse_handoff_length(std::string_view(bytes).substr(prefix_at));
+    if (!length) return refuse(length.error().message, E2BIG);
+    if (read_exactly(fd, bytes, length.value()) != length.value()) {
+      return refuse("was cut short", errno == 0 ? EPROTO : errno);
+    }
+  }
+  auto handoff = parse_task_handoff(bytes);
+  if (!handoff) return refuse(handoff.error().to_string(), EPROTO);
+  std::string error;
+  auto options = parse_shim_args(handoff.value().args, error);
+  if (!options) return refuse("has wrong arguments: " + error, EINVAL);
+  if (options->report_fd >= 0) {
+    return refuse("names a --report-fd: a spare reports on its own", EINVAL);
+  }
+  bytes.clear();
+  bytes.shrink_to_fit();
+  options->report_fd = fd;
+  options->env = std::move(handoff.value().env);
+  return run_shim(*options);
 }
 
 }  // namespace k8s4r::shim

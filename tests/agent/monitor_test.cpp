@@ -1,8 +1,10 @@
 // The monitor with real child processes and real signals, run three ways:
-// the task as the monitor's own child, under k8s4r-task-shim, and under the
-// shim in a cgroup of its own (as the agent runs tasks where it can).
+// the task as the monitor's own child, under k8s4r-task-shim (a spare kept
+// ready, as the agent keeps one), and under a shim started for it in a cgroup
+// of its own (as the agent runs tasks where it can).
 #include "k8s4r/agent/monitor.h"
 
+#include "k8s4r/agent/spare_shims.h"
 #include "k8s4r/agent/task_cgroups.h"
 
 #include <gtest/gtest.h>
@@ -60,6 +62,10 @@ class MonitorTest : public ::testing::TestWithParam<Mode> {
     if (GetParam() == Mode::direct) return std::nullopt;
     ShimSpec shim{K8S4R_TASK_SHIM, (dir_ / (uid + ".exit")).string(), ""};
     if (cgroups_) shim.cgroup = cgroups_->create(uid).value();
+    if (GetParam() == Mode::shim) {
+      EXPECT_TRUE(spares_.prepare());
+      shim.spares = &spares_;
+    }
     return shim;
   }
   Result<TaskProcess> launch(const std::string& uid, const ProcessSpec& spec,
@@ -90,6 +96,7 @@ class MonitorTest : public ::testing::TestWithParam<Mode> {
   std::map<std::string, TaskExit> exits_;
   std::vector<std::string> signals_;
   std::optional<TaskCgroups> cgroups_;
+  SpareShims spares_{K8S4R_TASK_SHIM};
   Monitor monitor_;
 };
 

@@ -26,6 +26,7 @@
 #include "k8s4r/agent/config.h"
 #include "k8s4r/agent/monitor.h"
 #include "k8s4r/agent/restart_tracker.h"
+#include "k8s4r/agent/spare_shims.h"
 #include "k8s4r/agent/state_store.h"
 #include "k8s4r/agent/task_cgroups.h"
 #include "k8s4r/common/messages.h"
@@ -129,6 +130,7 @@ class Agent {
   // ended since: how it ended, from the shim's exit record.
   void restore_ended(Task& task, const StoredTask& entry);
   void kill_orphans();
+  void prepare_spare_shim();
   // Task cgroups and the task shim, as configured; throws when task-cgroups
   // is on and cgroups cannot be used, or the shim is missing.
   void set_up_containment();
@@ -175,6 +177,7 @@ class Agent {
   std::unique_ptr<Monitor> monitor_;
   std::optional<TaskCgroups> cgroups_;  // unset: tasks are contained by process group and the shim only
   std::string shim_path_;
+  std::unique_ptr<SpareShims> spares_;          // one shim kept ready, so a task's start need not wait for its exec
   std::string exits_dir_;                       // WORK_DIR/exits (0700): the shims' exit records
   std::vector<std::string> exit_records_done_;  // read; removable once the next commit holds the end
   std::unique_ptr<mqtt::Link> link_;

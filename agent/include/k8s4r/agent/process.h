@@ -45,11 +45,14 @@ struct SpawnedProcess {
 // why (not found, not executable, working directory missing, ...).
 Result<SpawnedProcess> spawn_process(const ProcessSpec& spec);
 
+class SpareShims;
+
 // The shim a task runs under (k8s4r-task-shim: shim/include/k8s4r/shim/shim.h).
 struct ShimSpec {
-  std::string path;       // the k8s4r-task-shim binary
-  std::string exit_file;  // where it records how the task ended
-  std::string cgroup;     // the task's cgroup, created empty; "" where tasks get none
+  std::string path;              // the k8s4r-task-shim binary
+  std::string exit_file;         // where it records how the task ended
+  std::string cgroup;            // the task's cgroup, created empty; "" where tasks get none
+  SpareShims* spares = nullptr;  // spares of `path` kept ready (spare_shims.h); none: one is started
 };
 
 // One task's processes, as the monitor watches and signals them and the
@@ -63,9 +66,9 @@ struct TaskProcess {
   std::string exit_file;         // "" when the exit status is `pid`'s own (no shim)
 };
 
-// Starts `spec` under the shim: the shim gets spec's environment, working
-// directory and output files and executes spec.command, and this waits (at
-// most 10 s) for its start report. An Error names the command and the step
+// Starts `spec` under the shim: hands a spare shim (`shim.spares`' or one
+// started now) spec's environment, working directory, output files and
+// command, and waits (at most 10 s) for its start report. An Error names the command and the step
 // that failed (not found, not executable, cgroup refused, ...); its field is
 // StorageFull or StorageError when the exit record could not be allocated.
 // `pidfd` is set to a pidfd of the shim, owned by the caller.

@@ -1,4 +1,11 @@
-// What k8s4r-task-shim tells the agent, and how: two small JSON texts.
+// What k8s4r-task-shim and the agent tell each other: the task the agent
+// hands to a spare shim, and two small JSON texts back.
+//
+// The task handoff, on the descriptor a spare shim was started with
+// (--spare-fd): two blocks, each its length in bytes (4 bytes, little-endian)
+// and then that many bytes of strings, each ending in a NUL:
+//   [length][the shim's arguments: --exit-file F ... -- COMMAND ARG...]
+//   [length][the task's environment: NAME=VALUE ...]
 //
 // The start report, one line on the descriptor the agent passes as
 // --report-fd, written once the task's command has been executed (or could
@@ -18,8 +25,10 @@
 
 #include "k8s4r/common/result.h"
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <sys/types.h>
 
@@ -37,6 +46,22 @@ struct ExitRecord {
   int signal = 0;  // 0 when it exited by itself
   int leftovers = 0;
 };
+
+struct TaskHandoff {
+  std::vector<std::string> args;  // as on the command line, without the program name
+  std::vector<std::string> env;   // NAME=VALUE
+};
+
+// The most either block may hold: as much as a command line or an
+// environment may (the kernel's limit for both together is 1/4 of the stack
+// limit; 16 MiB is far above any a task is dispatched with).
+constexpr std::uint32_t kMaxHandoffBlock = 16u << 20;
+
+std::string format_task_handoff(const TaskHandoff& handoff);
+// The length a block's 4-byte prefix gives, refused above kMaxHandoffBlock.
+Result<std::uint32_t> parse_handoff_length(std::string_view prefix);
+// A whole handoff, both blocks with their prefixes, and nothing after them.
+Result<TaskHandoff> parse_task_handoff(std::string_view bytes);
 
 std::string format_started(pid_t pid);
 std::string format_start_failed(std::string_view step, int error);
