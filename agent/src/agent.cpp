@@ -1,6 +1,6 @@
 #include "k8s4r/agent/agent.h"
 
-#include "durable_file.h"
+#include "k8s4r/common/files.h"
 
 #include "k8s4r/agent/device_info.h"
 #include "k8s4r/agent/task_logs.h"
@@ -200,7 +200,8 @@ void Agent::lock_work_dir() {
   if (lock_fd_ < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     const int why = errno;
-    const std::string holder = read_whole_file(path).value_or("");
+    const auto read = read_file(path);
+    const std::string holder = read ? read.value() : std::string();
     ::close(lock_fd_);
     lock_fd_ = -1;
     if (why == EWOULDBLOCK) {
@@ -508,6 +509,21 @@ Agent::Task* Agent::recall_finished(const std::string& uid) {
   return &task;
 }
 
+Result<Agent::TaskUser> Agent::user_of(const TaskSpec& spec) const {
+  // spec.user, else the configured task-user, else the agent's own user.
+  const std::string name = spec.user.empty() ? config_.task_user : spec.user;
+  const std::string whose = spec.user.empty() ? "task-user " : "spec.user ";
+  TaskUser chosen{std::nullopt, geteuid()};
+  if (name.empty()) return chosen;
+  const passwd* user = getpwnam(name.c_str());
+  if (!user) return Error{"user", whose + name + " does not exist on this robot"};
+  if (geteuid() != 0 && user->pw_uid != geteuid())
+    return Error{"user", whose + name + " needs the agent to run as root"};
+  if (geteuid() == 0) chosen.run_as = RunAs{user->pw_uid, user->pw_gid, name};
+  chosen.uid = user->pw_uid;
+  return chosen;
+}
+
 void Agent::create_task(const Dispatch& dispatch) {
   const std::string& uid = dispatch.task.metadata.uid;
   Task& task = tasks_[uid];
@@ -529,19 +545,10 @@ void Agent::create_task(const Dispatch& dispatch) {
     return refuse("UnsupportedDriver",
                   "driver " + std::string(to_string(task.spec.driver)) + " is not supported; use exec or raw_exec");
   }
-  // spec.user, else the configured task-user, else the agent's own user.
-  const std::string user_name = task.spec.user.empty() ? config_.task_user : task.spec.user;
-  const std::string whose = task.spec.user.empty() ? "task-user " : "spec.user ";
-  uid_t runs_as = geteuid();
-  if (!user_name.empty()) {
-    const passwd* user = getpwnam(user_name.c_str());
-    if (!user) return refuse("InvalidTask", whose + user_name + " does not exist on this robot");
-    if (geteuid() != 0 && user->pw_uid != geteuid()) {
-      return refuse("InvalidTask", whose + user_name + " needs the agent to run as root");
-    }
-    if (geteuid() == 0) task.run_as = RunAs{user->pw_uid, user->pw_gid, user_name};
-    runs_as = user->pw_uid;
-  }
+  auto user = user_of(task.spec);
+  if (!user) return refuse("InvalidTask", user.error().message);
+  task.run_as = user.value().run_as;
+  const uid_t runs_as = user.value().uid;
   if (runs_as == 0 && !config_.allow_root_tasks) {
     return refuse("InvalidTask",
                   "this robot runs no task as root (allow-root-tasks is false); set spec.user to another user");
@@ -998,13 +1005,10 @@ void Agent::restore() {
     // What follows its end, as before the restart: its restart policy, and
     // the user it runs as (a user gone meanwhile means no more runs).
     task.restarts = RestartTracker(task.spec.restart_policy);
-    const std::string user_name = task.spec.user.empty() ? config_.task_user : task.spec.user;
-    if (!user_name.empty() && geteuid() == 0) {
-      if (const passwd* user = getpwnam(user_name.c_str())) {
-        task.run_as = RunAs{user->pw_uid, user->pw_gid, user_name};
-      } else {
-        task.restarts = RestartTracker(std::nullopt);
-      }
+    if (auto user = user_of(task.spec); user) {
+      task.run_as = user.value().run_as;
+    } else {
+      task.restarts = RestartTracker(std::nullopt);  // its user is gone: it cannot start again
     }
 
     const TaskProcess& process = entry.process;
@@ -1061,8 +1065,8 @@ void Agent::restore_ended(Task& task, const StoredTask& entry) {
   TaskExit exit;
   exit.task_uid = task.uid;
   exit.exited_at = std::chrono::steady_clock::now();
-  const auto text = read_whole_file(entry.process.exit_file);
-  auto record = text ? shim::parse_exit_record(*text) : Result<shim::ExitRecord>(Error{"", "missing"});
+  const auto text = read_file(entry.process.exit_file);
+  auto record = text ? shim::parse_exit_record(text.value()) : Result<shim::ExitRecord>(text.error());
   if (record) {
     exit.status = ExitStatus{record.value().exit_code, record.value().signal};
     exit.leftovers = record.value().leftovers;
@@ -1107,7 +1111,8 @@ void Agent::kill_orphans() {
     char* end = nullptr;
     const long pid = std::strtol(item->d_name, &end, 10);
     if (*end != '\0' || pid <= 0 || pid == getpid()) continue;
-    const std::string variables = read_whole_file("/proc/" + std::string(item->d_name) + "/environ").value_or("");
+    const auto read = read_file("/proc/" + std::string(item->d_name) + "/environ");
+    const std::string variables = read ? read.value() : std::string();
     bool marked = false;
     std::string task_uid;
     for (std::size_t start = 0; start < variables.size();) {

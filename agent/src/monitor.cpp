@@ -1,6 +1,6 @@
 #include "k8s4r/agent/monitor.h"
 
-#include "durable_file.h"
+#include "k8s4r/common/files.h"
 #include "k8s4r/shim/cgroup.h"
 #include "k8s4r/shim/protocol.h"
 
@@ -102,8 +102,8 @@ void Monitor::learn_status(Ended& ended) {
     if (!exit.status_known) exit.unknown_why = "adopted";
     return;
   }
-  auto text = read_whole_file(file);
-  auto record = text ? shim::parse_exit_record(*text) : Result<shim::ExitRecord>(Error{"", "missing"});
+  auto text = read_file(file);
+  auto record = text ? shim::parse_exit_record(text.value()) : Result<shim::ExitRecord>(text.error());
   if (!record) {
     // The shim was killed or crashed: its task may run on, and nobody else
     // removes its cgroup.

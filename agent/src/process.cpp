@@ -1,7 +1,7 @@
 #include "k8s4r/agent/process.h"
 
-#include "durable_file.h"
 #include "k8s4r/agent/spare_shims.h"
+#include "k8s4r/common/files.h"
 #include "k8s4r/shim/cgroup.h"
 #include "k8s4r/shim/protocol.h"
 
@@ -265,9 +265,9 @@ namespace {
 // The fields of /proc/<pid>/stat after the command name, which may itself
 // hold spaces and parentheses.
 std::optional<std::vector<std::string>> stat_fields(pid_t pid) {
-  const auto read = read_whole_file("/proc/" + std::to_string(pid) + "/stat");
+  const auto read = read_file("/proc/" + std::to_string(pid) + "/stat");
   if (!read) return std::nullopt;
-  const std::string& text = *read;
+  const std::string& text = read.value();
   const auto close = text.rfind(')');
   if (close == std::string::npos) return std::nullopt;
   std::istringstream rest(text.substr(close + 1));

@@ -1,6 +1,7 @@
 #include "k8s4r/agent/state_store.h"
 
 #include "durable_file.h"
+#include "k8s4r/common/files.h"
 
 #include "k8s4r/common/json_depth.h"
 
@@ -154,9 +155,9 @@ Result<StateStore> StateStore::open(const std::string& work_dir, std::size_t cap
   std::error_code error;
   const bool exists = fs::exists(store.path_, error);
   if (exists) {
-    auto text = read_whole_file(store.path_);
-    if (!text) return Error{"state", "cannot read " + store.path_ + ": " + std::strerror(errno)};
-    if (auto replayed = store.replay(*text); !replayed) return replayed.error();
+    auto text = read_file(store.path_);
+    if (!text) return Error{"state", text.error().message};
+    if (auto replayed = store.replay(text.value()); !replayed) return replayed.error();
   }
   if (auto legacy = store.adopt_legacy(work_dir); !legacy) return legacy.error();
   if (!exists || store.has_staged()) {
@@ -358,9 +359,9 @@ Result<void> StateStore::apply(const json& record) {
 // journal.json and reports/NNN.json, as agents before state.log kept them.
 Result<void> StateStore::adopt_legacy(const std::string& work_dir) {
   const std::string journal_path = (fs::path(work_dir) / "journal.json").string();
-  if (auto text = read_whole_file(journal_path)) {
-    const json document =
-        json_nested_deeper_than(*text) ? json(json::value_t::discarded) : json::parse(*text, nullptr, false);
+  if (auto text = read_file(journal_path)) {
+    const json document = json_nested_deeper_than(text.value()) ? json(json::value_t::discarded)
+                                                                : json::parse(text.value(), nullptr, false);
     if (document.is_discarded() || !document.is_object() || !document.contains("tasks") ||
         !document["tasks"].is_array()) {
       return Error{"state", journal_path + " is not a k8s4r journal"};
@@ -392,7 +393,8 @@ Result<void> StateStore::adopt_legacy(const std::string& work_dir) {
     }
   }
   for (const auto& [number, file] : files) {
-    const std::string text = read_whole_file(file.string()).value_or("");
+    const auto read = read_file(file.string());
+    const std::string text = read ? read.value() : std::string();
     const json report =
         json_nested_deeper_than(text) ? json(json::value_t::discarded) : json::parse(text, nullptr, false);
     if (report.is_discarded() || !report.is_object() || !report.contains("topic") || !report.contains("payload")) {

@@ -1,5 +1,7 @@
 #include "k8s4r/shim/cgroup.h"
 
+#include "k8s4r/common/files.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -15,27 +17,6 @@ namespace {
 
 Error system_error(const std::string& what, const std::string& path, int error) {
   return Error{"cgroup", what + " " + path + ": " + std::strerror(error)};
-}
-
-Result<std::string> read_small_file(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return system_error("cannot open", path, errno);
-  std::string text;
-  char buffer[4096];
-  for (;;) {
-    const ssize_t got = read(fd, buffer, sizeof buffer);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int error = errno;
-      close(fd);
-      return system_error("cannot read", path, error);
-    }
-    if (got == 0) break;
-    text.append(buffer, static_cast<std::size_t>(got));
-    if (text.size() > (16u << 20)) break;  // /proc and cgroupfs files are far smaller
-  }
-  close(fd);
-  return text;
 }
 
 Result<void> write_small_file(const std::string& path, const std::string& text) {
@@ -71,8 +52,8 @@ struct Cgroup2Mount {
 };
 
 Result<Cgroup2Mount> find_mount() {
-  auto text = read_small_file("/proc/self/mountinfo");
-  if (!text) return text.error();
+  auto text = read_file("/proc/self/mountinfo");
+  if (!text) return text.error().within("cgroup");
   std::istringstream lines(text.value());
   for (std::string line; std::getline(lines, line);) {
     const auto separator = line.find(" - ");
@@ -90,7 +71,7 @@ Result<Cgroup2Mount> find_mount() {
 }
 
 void collect_processes(const std::string& path, std::vector<pid_t>& out, int depth) {
-  if (auto procs = read_small_file(path + "/cgroup.procs"); procs) {
+  if (auto procs = read_file(path + "/cgroup.procs"); procs) {
     std::istringstream numbers(procs.value());
     for (long pid = 0; numbers >> pid;) {
       if (pid > 0) out.push_back(static_cast<pid_t>(pid));
@@ -118,8 +99,8 @@ Result<std::string> cgroup_of(pid_t pid) {
   auto mount = find_mount();
   if (!mount) return mount.error();
   const std::string file = pid == 0 ? "/proc/self/cgroup" : "/proc/" + std::to_string(pid) + "/cgroup";
-  auto text = read_small_file(file);
-  if (!text) return text.error();
+  auto text = read_file(file);
+  if (!text) return text.error().within("cgroup");
   std::istringstream lines(text.value());
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("0::", 0) != 0) continue;
@@ -191,8 +172,8 @@ Result<void> remove_cgroup(const std::string& path, std::chrono::milliseconds wa
 }
 
 Result<bool> cgroup_populated(const std::string& path) {
-  auto events = read_small_file(path + "/cgroup.events");
-  if (!events) return events.error();
+  auto events = read_file(path + "/cgroup.events");
+  if (!events) return events.error().within("cgroup");
   std::istringstream lines(events.value());
   for (std::string key, value; lines >> key >> value;) {
     if (key == "populated") return value != "0";

@@ -119,6 +119,14 @@ class Agent {
   void on_dispatch(const std::string& payload);
   void refuse_dispatch(const std::string& payload, const Error& error);
   void create_task(const Dispatch& dispatch);
+  // Who a task runs as: `run_as` when the agent (root) switches to another
+  // user, and that user's uid (else the agent's own). An Error says why the
+  // task's user cannot be had.
+  struct TaskUser {
+    std::optional<RunAs> run_as;
+    uid_t uid;
+  };
+  Result<TaskUser> user_of(const TaskSpec& spec) const;
   void begin(Task& task);
   void start_process(Task& task);
   void on_artifacts(const std::string& uid, Result<void> outcome);
