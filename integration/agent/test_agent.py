@@ -324,6 +324,19 @@ def test_a_task_run_as_another_user_gets_only_what_that_user_may_read(broker, br
         assert not (place / "ran").exists()
         assert not list((agent.work_dir / "tasks" / "t-steal").rglob("file.txt*"))
 
+        # A task that replaced its log with a link (to /etc/passwd, say) must not get root, which opens the
+        # logs, to write its output through it when it restarts: the restart is refused, the file untouched.
+        precious = place / "precious"
+        precious.write_text("root's\n")
+        precious.chmod(0o644)
+        bridge.send(create("t-link", "/bin/sh", ["-c", f'echo "evil::0:0::/:/bin/sh"; ln -sf {precious} stdout.log; '
+                                                       'exit 1'], user="nobody",
+                           restartPolicy={"attempts": 1, "delay": "100ms", "mode": "fail"}))
+        linked = bridge.final("t-link")
+        assert precious.read_text() == "root's\n"
+        assert linked["state"] == "failed" and linked["reason"] == "StartFailed", linked
+        assert "stdout" in linked["message"] and "symbolic links" in linked["message"], linked
+
         # Nothing the task puts in its environment reaches a process running as root: an LD_PRELOAD
         # library of the task's records every uid it is loaded as, and only nobody's may appear.
         source, library, loads = place / "preload.c", place / "preload.so", place / "loads"
