@@ -554,16 +554,15 @@ void Agent::create_task(const Dispatch& dispatch) {
                   "this robot runs no task as root (allow-root-tasks is false); set spec.user to another user");
   }
 
+  remove_task_dir(uid);
   std::error_code error;
-  fs::remove_all(task_dir(uid), error);
   fs::create_directories(task_dir(uid), error);
   if (error) return refuse("StartFailed", "cannot create the task directory: " + error.message());
-  // The task's own: its user's, and no one else's (its logs, its artifacts).
+  // Private, and root's until the task starts (hand_over): nothing of the
+  // task's user (another of its tasks, say) can put a link where the agent
+  // writes its artifacts.
   if (::chmod(task_dir(uid).c_str(), 0700) != 0) {
     return refuse("StartFailed", "cannot make the task directory private: " + std::string(std::strerror(errno)));
-  }
-  if (task.run_as && chown(task_dir(uid).c_str(), task.run_as->uid, task.run_as->gid) != 0) {
-    return refuse("StartFailed", "cannot give the task directory to " + task.run_as->name);
   }
   // Nothing starts before the agent's memory of it is durable: a restart
   // must know the task, or a dispatch sent again would run it twice.
@@ -574,9 +573,37 @@ void Agent::create_task(const Dispatch& dispatch) {
   spdlog::info("task {} ({}): accepted", uid, task.name);
 }
 
+void Agent::remove_task_dir(const std::string& uid) {
+  // Taken back from the task's user first, so nothing of that user (a
+  // process that outlived its task, another of its tasks) can swap a
+  // directory for a link while root removes what is inside.
+  const std::string dir = task_dir(uid);
+  if (::lchown(dir.c_str(), geteuid(), getegid()) == 0) ::chmod(dir.c_str(), 0700);
+  std::error_code error;
+  fs::remove_all(dir, error);
+}
+
+bool Agent::hand_over(Task& task) {
+  if (!task.run_as) return true;
+  // Its directory and what the agent put in it become the task's user's
+  // (lchown: a link is never followed).
+  std::error_code error;
+  bool given = ::lchown(task_dir(task.uid).c_str(), task.run_as->uid, task.run_as->gid) == 0;
+  for (auto item = fs::recursive_directory_iterator(task_dir(task.uid), error);
+       given && !error && item != fs::recursive_directory_iterator(); item.increment(error)) {
+    given = ::lchown(item->path().c_str(), task.run_as->uid, task.run_as->gid) == 0;
+  }
+  if (given && !error) return true;
+  finish(task, failure("StartFailed", "StartFailed", "cannot give the task directory to " + task.run_as->name));
+  return false;
+}
+
 void Agent::begin(Task& task) {
   const std::string uid = task.uid;
-  if (task.spec.artifacts.empty()) return start_process(task);
+  if (task.spec.artifacts.empty()) {
+    if (hand_over(task)) start_process(task);
+    return;
+  }
   task.phase = Phase::fetching;
   std::optional<ReadAs> read_as;
   if (task.run_as) read_as = ReadAs{task.run_as->uid, task.run_as->gid};
@@ -593,16 +620,8 @@ void Agent::on_artifacts(const std::string& uid, Result<void> outcome) {
     spdlog::warn("task {}: artifact download failed: {}", uid, outcome.error().message);
     return finish(task, failure("DownloadFailed", "DownloadFailed", outcome.error().message));
   }
-  if (task.run_as) {
-    // Downloaded by root; the task's user must be able to read and replace them.
-    std::error_code error;
-    for (const auto& item : fs::recursive_directory_iterator(task_dir(uid), error)) {
-      if (lchown(item.path().c_str(), task.run_as->uid, task.run_as->gid) != 0) {
-        spdlog::warn("task {}: cannot give {} to {}", uid, item.path().string(), task.run_as->name);
-      }
-    }
-  }
-  start_process(task);
+  // Downloaded by root; the task's user must be able to read and replace them.
+  if (hand_over(task)) start_process(task);
 }
 
 ProcessSpec Agent::process_spec(const Task& task) const {
@@ -922,8 +941,7 @@ void Agent::prune_finished() {
   for (std::size_t i = 0; i + kRecentFinishedTasks < finished.size(); ++i) {
     const std::string& uid = finished[i].second;
     tasks_.erase(uid);
-    std::error_code error;
-    fs::remove_all(task_dir(uid), error);
+    remove_task_dir(uid);
   }
 }
 
@@ -950,8 +968,7 @@ void Agent::forget_expired() {
     for (const auto* uids : {&forgotten.expired, &forgotten.evicted}) {
       for (const std::string& uid : *uids) {
         tasks_.erase(uid);
-        std::error_code error;
-        fs::remove_all(task_dir(uid), error);
+        remove_task_dir(uid);
       }
     }
     if (!forgotten.expired.empty()) {

@@ -1,29 +1,69 @@
 #include "k8s4r/agent/task_logs.h"
 
-#include <filesystem>
-#include <fstream>
-#include <system_error>
-
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
+#include <cerrno>
 
 namespace k8s4r::agent {
 
 namespace {
 
+// The task's user owns the directory these files are in, so it may have put
+// anything in their place: the agent (root) opens only a regular file, never
+// through a link (which could lead to /etc/shadow) and never blocking (a
+// FIFO would hold the agent's loop). -1 when it is not one.
+int open_log(const std::string& path, int flags, off_t& size) {
+  const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return -1;
+  struct stat about {};
+  if (::fstat(fd, &about) != 0 || !S_ISREG(about.st_mode)) {
+    ::close(fd);
+    return -1;
+  }
+  size = about.st_size;
+  return fd;
+}
+
 std::string file_tail(const std::string& path, std::size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<std::size_t>(std::max<std::streamoff>(in.tellg(), 0));
-  const std::size_t start = size > max_bytes ? size - max_bytes : 0;
-  in.seekg(static_cast<std::streamoff>(start));
-  std::string text(size - start, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  off_t size = 0;
+  const int fd = open_log(path, O_RDONLY, size);
+  if (fd < 0) return {};
+  const auto length = static_cast<std::size_t>(size);
+  const std::size_t start = length > max_bytes ? length - max_bytes : 0;
+  std::string text(length - start, '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t got = ::pread(fd, text.data() + done, text.size() - done, static_cast<off_t>(start + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    done += static_cast<std::size_t>(got);
+  }
+  ::close(fd);
+  text.resize(done);
   return text;
 }
 
 bool is_continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
+// Copies all of `from` into `to`; false on a short write.
+bool copy_all(int from, int to, off_t size) {
+  char buffer[65536];
+  for (off_t offset = 0; offset < size;) {
+    const ssize_t got = ::pread(from, buffer, sizeof buffer, offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return got == 0;
+    for (ssize_t written = 0; written < got;) {
+      const ssize_t put = ::write(to, buffer + written, static_cast<std::size_t>(got - written));
+      if (put < 0 && errno == EINTR) continue;
+      if (put <= 0) return false;
+      written += put;
+    }
+    offset += got;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -38,14 +78,26 @@ std::string logs_tail(const std::string& stdout_path, const std::string& stderr_
 }
 
 bool cap_log(const std::string& path, std::size_t max_bytes) {
-  std::error_code error;
-  const auto size = std::filesystem::file_size(path, error);
-  if (error || size <= max_bytes) return false;
-  std::filesystem::copy_file(path, path + ".1", std::filesystem::copy_options::overwrite_existing, error);
-  if (error) return false;
-  // Bytes written between the copy and the truncate are lost; the task is
-  // not paused for its log.
-  return truncate(path.c_str(), 0) == 0;
+  off_t size = 0;
+  const int log = open_log(path, O_RDWR, size);
+  if (log < 0) return false;
+  bool rotated = false;
+  if (static_cast<std::size_t>(size) > max_bytes) {
+    // The old part is the agent's file, made afresh; a link the task put at
+    // its name is refused, not followed.
+    const std::string old = path + ".1";
+    if (::unlink(old.c_str()) == 0 || errno == ENOENT) {
+      const int copy = ::open(old.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+      if (copy >= 0) {
+        // Bytes written between the copy and the truncate are lost; the task
+        // is not paused for its log.
+        rotated = copy_all(log, copy, size) && ::ftruncate(log, 0) == 0;
+        ::close(copy);
+      }
+    }
+  }
+  ::close(log);
+  return rotated;
 }
 
 }  // namespace k8s4r::agent

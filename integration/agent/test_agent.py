@@ -324,8 +324,16 @@ def test_a_task_run_as_another_user_gets_only_what_that_user_may_read(broker, br
         assert not (place / "ran").exists()
         assert not list((agent.work_dir / "tasks" / "t-steal").rglob("file.txt*"))
 
-        # A task that replaced its log with a link (to /etc/passwd, say) must not get root, which opens the
-        # logs, to write its output through it when it restarts: the restart is refused, the file untouched.
+        # Root reads a task's logs (their tail travels in its status) never through a link the task put in their
+        # place, and never blocks on a FIFO there.
+        bridge.send(create("t-peek", "/bin/sh", ["-c", f"ln -sf {secret} stdout.log; rm stderr.log; mkfifo stderr.log"],
+                           user="nobody"))
+        peeked = bridge.final("t-peek")
+        assert peeked["state"] == "completed", peeked
+        assert "root only" not in json.dumps(bridge.statuses("t-peek"))
+
+        # Nor writes through one: a task that replaced its log with a link (to /etc/passwd, say) must not get root,
+        # which opens the logs, to write its output through it when it restarts: the restart is refused.
         precious = place / "precious"
         precious.write_text("root's\n")
         precious.chmod(0o644)

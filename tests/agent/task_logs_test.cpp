@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -44,6 +46,31 @@ TEST(CapLog, MovesAnOversizedLogAsideAndLeavesASmallOneAlone) {
   EXPECT_TRUE(cap_log(log.string(), 10));
   EXPECT_EQ(fs::file_size(log), 0u);
   EXPECT_EQ(read(dir / "stdout.log.1"), std::string(20, 'a'));
+}
+
+// The task's user owns the directory its logs are in and may put anything at
+// their names; the agent, running as root, must neither read through a link
+// (the tail travels in the task's status), nor write or truncate through one,
+// nor block on a FIFO.
+TEST(TaskLogs, AreReadAndCappedOnlyAsRegularFilesOfTheirOwn) {
+  testing::TempDir dir;
+  const fs::path secret = dir / "shadow";
+  write(secret, std::string(100, 's'));
+  fs::create_symlink(secret, dir / "stdout.log");
+  ASSERT_EQ(::mkfifo((dir / "stderr.log").c_str(), 0600), 0);
+  EXPECT_EQ(logs_tail((dir / "stdout.log").string(), (dir / "stderr.log").string(), 1000), "");
+  EXPECT_FALSE(cap_log((dir / "stdout.log").string(), 10));
+  EXPECT_FALSE(cap_log((dir / "stderr.log").string(), 10));
+  EXPECT_EQ(read(secret), std::string(100, 's'));  // not truncated through the link
+
+  // A link planted at the rotated name is not written through either.
+  const fs::path log = dir / "real.log";
+  write(log, std::string(100, 'x'));
+  const fs::path victim = dir / "victim";
+  write(victim, "keep");
+  fs::create_symlink(victim, dir / "real.log.1");
+  cap_log(log.string(), 10);
+  EXPECT_EQ(read(victim), "keep");
 }
 
 }  // namespace

@@ -119,6 +119,10 @@ class Agent {
   void on_dispatch(const std::string& payload);
   void refuse_dispatch(const std::string& payload, const Error& error);
   void create_task(const Dispatch& dispatch);
+  // Gives the task's directory to its user once the agent has put its
+  // artifacts there; false (and the task finished) when it cannot.
+  bool hand_over(Task& task);
+  void remove_task_dir(const std::string& uid);
   // Who a task runs as: `run_as` when the agent (root) switches to another
   // user, and that user's uid (else the agent's own). An Error says why the
   // task's user cannot be had.
