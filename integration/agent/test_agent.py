@@ -620,6 +620,9 @@ def test_after_its_retention_a_finished_task_is_forgotten_and_its_seq_never_reus
     wait_until(lambda: "forgot 1 task(s) finished more than 1s ago" in agent.log_text(), 10, "t-brief forgotten")
     bridge.send(task)  # now it is new work
     wait_until(lambda: count_lines(marks) == 2, 10, "t-brief run again")
+    # The task writes its mark before its reports need reach us: wait for the rerun's final one.
+    wait_until(lambda: any(r["state"] == "completed" and r["seq"] > final["seq"] for r in bridge.statuses("t-brief")),
+               10, "t-brief's second run reported")
     rerun = bridge.statuses("t-brief")[2:]
     assert [r["state"] for r in rerun][:1] == ["running"]
     assert all(r["seq"] > final["seq"] for r in rerun)
