@@ -554,10 +554,13 @@ void Agent::create_task(const Dispatch& dispatch) {
                   "this robot runs no task as root (allow-root-tasks is false); set spec.user to another user");
   }
 
+  // Made afresh, never reused: what could not be removed of an earlier one
+  // (a process of the task's user holding on to it) may hold links.
   remove_task_dir(uid);
-  std::error_code error;
-  fs::create_directories(task_dir(uid), error);
-  if (error) return refuse("StartFailed", "cannot create the task directory: " + error.message());
+  if (::mkdir(task_dir(uid).c_str(), 0700) != 0) {
+    return refuse("StartFailed", "cannot create the task directory " + task_dir(uid) + ": " + std::strerror(errno) +
+                                     (errno == EEXIST ? " (an earlier one could not be removed)" : ""));
+  }
   // Private, and root's until the task starts (hand_over): nothing of the
   // task's user (another of its tasks, say) can put a link where the agent
   // writes its artifacts.
@@ -587,13 +590,17 @@ bool Agent::hand_over(Task& task) {
   if (!task.run_as) return true;
   // Its directory and what the agent put in it become the task's user's
   // (lchown: a link is never followed).
+  // The directory itself last: until then no process of the user can enter
+  // it, so none can swap one of its directories for a link while root walks
+  // them by path.
   std::error_code error;
-  bool given = ::lchown(task_dir(task.uid).c_str(), task.run_as->uid, task.run_as->gid) == 0;
+  bool given = true;
   for (auto item = fs::recursive_directory_iterator(task_dir(task.uid), error);
        given && !error && item != fs::recursive_directory_iterator(); item.increment(error)) {
     given = ::lchown(item->path().c_str(), task.run_as->uid, task.run_as->gid) == 0;
   }
-  if (given && !error) return true;
+  given = given && !error && ::lchown(task_dir(task.uid).c_str(), task.run_as->uid, task.run_as->gid) == 0;
+  if (given) return true;
   finish(task, failure("StartFailed", "StartFailed", "cannot give the task directory to " + task.run_as->name));
   return false;
 }
@@ -1120,7 +1127,8 @@ void Agent::kill_orphans() {
     }
   }
   // Found by the mark in the environment: tasks of an agent that ran without
-  // cgroups, and shims (which are in no task cgroup).
+  // cgroups. (Shims carry no mark: started as spares, before their task was
+  // known. A shim whose task is killed here records its end and exits.)
   const std::string mark = "K8S4R_AGENT_WORK_DIR=" + config_.work_dir;
   DIR* proc = opendir("/proc");
   if (!proc) return;

@@ -11,14 +11,15 @@ namespace k8s4r::agent {
 namespace {
 
 // The task's user owns the directory these files are in, so it may have put
-// anything in their place: the agent (root) opens only a regular file, never
-// through a link (which could lead to /etc/shadow) and never blocking (a
-// FIFO would hold the agent's loop). -1 when it is not one.
+// anything in their place: the agent (root) opens only a regular file of one
+// name, never through a symbolic or a hard link (either could lead to
+// /etc/shadow) and never blocking (a FIFO would hold the agent's loop). -1
+// when it is not one.
 int open_log(const std::string& path, int flags, off_t& size) {
   const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return -1;
   struct stat about {};
-  if (::fstat(fd, &about) != 0 || !S_ISREG(about.st_mode)) {
+  if (::fstat(fd, &about) != 0 || !S_ISREG(about.st_mode) || about.st_nlink != 1) {
     ::close(fd);
     return -1;
   }

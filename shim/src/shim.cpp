@@ -7,11 +7,13 @@
 #include <grp.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <sstream>
@@ -46,10 +48,37 @@ void write_all(int fd, const std::string& text) {
   }
 }
 
+// Where COMMAND may be, in order: itself when it names a path, else each
+// directory of the task's PATH (glibc's default when it has none), as
+// execvp would look, but in the task's PATH rather than the shim's own.
+std::vector<std::string> command_candidates(const std::string& command, const std::vector<std::string>* env) {
+  if (command.find('/') != std::string::npos) return {command};
+  std::string search = "/bin:/usr/bin";
+  if (env) {
+    for (const std::string& variable : *env) {
+      if (variable.rfind("PATH=", 0) == 0) search = variable.substr(5);
+    }
+  } else if (const char* own = std::getenv("PATH")) {
+    search = own;
+  }
+  std::vector<std::string> candidates;
+  for (std::size_t start = 0;;) {
+    const std::size_t end = std::min(search.find(':', start), search.size());
+    const std::string directory = search.substr(start, end - start);
+    candidates.push_back((directory.empty() ? "." : directory) + "/" + command);
+    if (end == search.size()) break;
+    start = end + 1;
+  }
+  return candidates;
+}
+
 // In the vforked child: everything async-signal-safe, nothing that writes
-// the shim's memory (the child shares it), then exec.
-[[noreturn]] void become_task(const ShimOptions& options, char* const* argv, char** envp,
-                              const std::vector<gid_t>& groups, int cgroup_procs, int failure_pipe) {
+// the shim's memory (the child shares it; the one exception is marked), then
+// exec. Never inlined: the child must run in a frame of its own.
+[[noreturn]] __attribute__((noinline)) void become_task(const ShimOptions& options, char* const* argv,
+                                                        char* const* candidates, char** script_argv, char** envp,
+                                                        const std::vector<gid_t>& groups, int cgroup_procs,
+                                                        int failure_pipe) {
   auto fail = [failure_pipe](int step) {
     const ChildFailure failure{step, errno};
     [[maybe_unused]] const auto written = write(failure_pipe, &failure, sizeof failure);
@@ -67,9 +96,25 @@ void write_all(int fd, const std::string& text) {
     if (setresgid(options.gid, options.gid, options.gid) != 0) fail(3);
     if (setresuid(options.uid, options.uid, options.uid) != 0) fail(4);
   }
-  // The task's environment: execvpe finds COMMAND in its PATH. (Not by
-  // setting environ: this child shares the shim's memory until it executes.)
-  execvpe(argv[0], argv, envp ? envp : environ);
+  // As execvp does, as the task's user: the first candidate that executes;
+  // a file without a binary format is a script for /bin/sh; EACCES wins
+  // over ENOENT; any other error ends the search.
+  int error = ENOENT;
+  bool denied = false;
+  for (char* const* candidate = candidates; *candidate; ++candidate) {
+    execve(*candidate, argv, envp);
+    if (errno == ENOEXEC) {
+      script_argv[1] = *candidate;  // the one write to the shim's memory: a slot kept for it, read by no one else
+      execve("/bin/sh", script_argv, envp);
+    }
+    if (errno == EACCES) {
+      denied = true;
+    } else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV && errno != ETIMEDOUT) {
+      error = errno;
+      break;
+    }
+  }
+  errno = denied && error == ENOENT ? EACCES : error;
   fail(5);
   _exit(127);  // not reached: fail() exits
 }
@@ -265,13 +310,25 @@ int run_shim(const ShimOptions& options) {
   // The task's output files become the shim's own standard output and error
   // (its few words go there too) and the task inherits them. Opened as root:
   // never through a link the task may have put in its directory.
+  // Nor a FIFO (which would hold the shim), nor a second name of another
+  // file (a hard link): a plain file of its own, or the task does not start.
   const int output_flags =
-      O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (options.append_output ? 0 : O_TRUNC);
-  for (const auto& [path, target, step] : {std::tuple{&options.stdout_path, STDOUT_FILENO, "stdout"},
-                                           std::tuple{&options.stderr_path, STDERR_FILENO, "stderr"}}) {
+      O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (options.append_output ? 0 : O_TRUNC);
+  for (const auto& [path, target, step, odd] :
+       {std::tuple{&options.stdout_path, STDOUT_FILENO, "stdout", "stdout is not a plain file"},
+        std::tuple{&options.stderr_path, STDERR_FILENO, "stderr", "stderr is not a plain file"}}) {
     if (path->empty()) continue;
     const int fd = open(path->c_str(), output_flags, 0640);
-    if (fd < 0 || dup2(fd, target) < 0) {
+    if (fd < 0) {
+      write_all(options.report_fd, format_start_failed(step, errno));
+      return 1;
+    }
+    struct stat about {};
+    if (fstat(fd, &about) != 0 || !S_ISREG(about.st_mode) || about.st_nlink != 1) {
+      write_all(options.report_fd, format_start_failed(odd, EPERM));
+      return 1;
+    }
+    if (fcntl(fd, F_SETFL, O_APPEND) != 0 || dup2(fd, target) < 0) {
       write_all(options.report_fd, format_start_failed(step, errno));
       return 1;
     }
@@ -310,6 +367,13 @@ int run_shim(const ShimOptions& options) {
     for (std::string& variable : environment) envp.push_back(variable.data());
     envp.push_back(nullptr);
   }
+  std::vector<std::string> candidates =
+      command_candidates(options.command.front(), options.env ? &*options.env : nullptr);
+  std::vector<char*> candidate_list;
+  for (std::string& candidate : candidates) candidate_list.push_back(candidate.data());
+  candidate_list.push_back(nullptr);
+  std::vector<char*> script_argv{const_cast<char*>("/bin/sh"), nullptr};
+  script_argv.insert(script_argv.end(), argv.begin() + 1, argv.end());  // the task's arguments and the final null
   const std::vector<gid_t> groups(options.groups.begin(), options.groups.end());
 
   // vfork: the child borrows the shim's memory until it executes the task,
@@ -321,7 +385,8 @@ int run_shim(const ShimOptions& options) {
     return 1;
   }
   if (task == 0) {
-    become_task(options, argv.data(), envp.empty() ? nullptr : envp.data(), groups, cgroup_procs, failure_pipe[1]);
+    become_task(options, argv.data(), candidate_list.data(), script_argv.data(), envp.empty() ? environ : envp.data(),
+                groups, cgroup_procs, failure_pipe[1]);
   }
   close(failure_pipe[1]);
   if (cgroup_procs >= 0) close(cgroup_procs);

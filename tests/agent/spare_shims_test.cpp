@@ -10,6 +10,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -74,8 +75,8 @@ std::string contents(const fs::path& file) {
   return all.str();
 }
 
-// The children of this process named k8s4r-task-shim.
-std::vector<pid_t> our_shims() {
+// The children of this process named k8s4r-task-shim (zombies too, when asked).
+std::vector<pid_t> our_shims(bool zombies = false) {
   std::vector<pid_t> pids;
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
@@ -89,7 +90,7 @@ std::vector<pid_t> our_shims() {
     std::string state;
     pid_t parent = 0;
     rest >> state >> parent;
-    if (parent == ::getpid() && state != "Z") pids.push_back(std::stoi(name));
+    if (parent == ::getpid() && (zombies || state != "Z")) pids.push_back(std::stoi(name));
   }
   return pids;
 }
@@ -149,7 +150,7 @@ TEST_F(SpareShimsTest, ASpareKilledWhileItWaitedIsReplacedAndTheTaskStillStarts)
     waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);
     ::close(pidfd);
     EXPECT_EQ(contents(dir_ / "stdout"), "ran once\n");
-    EXPECT_TRUE(our_shims().empty()) << "the killed spare was not reaped";
+    EXPECT_TRUE(our_shims(true).empty()) << "the killed spare was not reaped";
   }
 }
 
@@ -197,6 +198,63 @@ TEST_F(SpareShimsTest, AnOutputFileThatIsALinkIsRefused) {
   EXPECT_NE(started.error().message.find("stdout"), std::string::npos) << started.error().message;
   EXPECT_EQ(contents(target), "keep me\n");
   EXPECT_FALSE(fs::exists(dir_ / "exit"));
+}
+
+// A command without a '/' is looked up in the task's PATH, not the shim's
+// (a spare's environment is the agent's PATH alone); a file without a binary
+// format runs under /bin/sh, as execvp does.
+TEST_F(SpareShimsTest, ACommandIsFoundInTheTasksOwnPath) {
+  const fs::path bin = dir_ / "bin";
+  fs::create_directories(bin);
+  std::ofstream(bin / "greet") << "#!/bin/sh\necho \"greetings, $1\"\n";
+  std::ofstream(bin / "plain") << "echo \"no interpreter line\"\n";
+  for (const char* name : {"greet", "plain"}) {
+    fs::permissions(bin / name, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
+  }
+  for (const auto& [command, expected] :
+       {std::pair{"greet", "greetings, robot\n"}, std::pair{"plain", "no interpreter line\n"}}) {
+    ProcessSpec spec = shell("");
+    spec.command = command;
+    spec.args = {"robot"};
+    spec.env["PATH"] = "/nowhere:" + bin.string() + ":/usr/bin:/bin";
+    int pidfd = -1;
+    auto started = spawn_task(spec, shim(), pidfd);
+    ASSERT_TRUE(started) << command << ": " << started.error().message;
+    siginfo_t info{};
+    waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);
+    ::close(pidfd);
+    EXPECT_EQ(contents(dir_ / "stdout"), expected) << command;
+  }
+  ProcessSpec missing = shell("");
+  missing.command = "greet";
+  missing.env["PATH"] = "/usr/bin:/bin";  // not where greet is
+  int pidfd = -1;
+  auto refused = spawn_task(missing, shim(), pidfd);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("No such file or directory"), std::string::npos) << refused.error().message;
+}
+
+// Nor a FIFO (which would hold the shim until the agent gives up) nor a hard
+// link to another file at a log's name: the task does not start, at once.
+TEST_F(SpareShimsTest, ALogThatIsAFifoOrAHardLinkIsRefused) {
+  ProcessSpec spec = shell("echo written");
+  spec.append_output = true;
+  ASSERT_EQ(::mkfifo((dir_ / "stdout").c_str(), 0600), 0);
+  int pidfd = -1;
+  const auto before = std::chrono::steady_clock::now();
+  auto fifo = spawn_task(spec, shim(), pidfd);
+  ASSERT_FALSE(fifo);
+  EXPECT_LT(std::chrono::steady_clock::now() - before, 5s);
+  // (With no reader, opening a FIFO to write fails at once, ENXIO; with one, it is no plain file.)
+  EXPECT_NE(fifo.error().message.find("stdout"), std::string::npos) << fifo.error().message;
+  fs::remove(dir_ / "stdout");
+  const fs::path other = dir_ / "other";
+  std::ofstream(other) << "keep\n";
+  fs::create_hard_link(other, dir_ / "stdout");
+  auto linked = spawn_task(spec, shim(), pidfd);
+  ASSERT_FALSE(linked);
+  EXPECT_NE(linked.error().message.find("stdout is not a plain file"), std::string::npos) << linked.error().message;
+  EXPECT_EQ(contents(other), "keep\n");
 }
 
 TEST(TaskHandoff, RoundTripsAndRefusesWhatIsNotOne) {

@@ -62,6 +62,12 @@ TEST(TaskLogs, AreReadAndCappedOnlyAsRegularFilesOfTheirOwn) {
   EXPECT_FALSE(cap_log((dir / "stdout.log").string(), 10));
   EXPECT_FALSE(cap_log((dir / "stderr.log").string(), 10));
   EXPECT_EQ(read(secret), std::string(100, 's'));  // not truncated through the link
+  // A second name of the secret (a hard link) is no log either.
+  fs::remove(dir / "stdout.log");
+  fs::create_hard_link(secret, dir / "stdout.log");
+  EXPECT_EQ(logs_tail((dir / "stdout.log").string(), "", 1000), "");
+  EXPECT_FALSE(cap_log((dir / "stdout.log").string(), 10));
+  EXPECT_EQ(read(secret), std::string(100, 's'));
 
   // A link planted at the rotated name is not written through either.
   const fs::path log = dir / "real.log";

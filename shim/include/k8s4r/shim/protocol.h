@@ -8,7 +8,7 @@
 //   [length][the task's environment: NAME=VALUE ...]
 //
 // The start report, one line on the descriptor the agent passes as
-// --report-fd, written once the task's command has been executed (or could
+// --report-fd (a spare: its own descriptor), written once the task's command has been executed (or could
 // not be):
 //   {"pid":1234}                      the task runs; 1234 is its pid and its process group
 //   {"error":"execvp","errno":2}      it never ran: the step that failed and errno
