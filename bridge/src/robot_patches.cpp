@@ -10,14 +10,7 @@ using nlohmann::json;
 
 namespace {
 
-const json& field(const json& object, const char* a, const char* b) {
-  static const json kNull;
-  if (!object.is_object()) return kNull;
-  auto first = object.find(a);
-  if (first == object.end() || !first->is_object()) return kNull;
-  auto second = first->find(b);
-  return second == first->end() ? kNull : *second;
-}
+const json& field(const json& object, const char* a, const char* b) { return crd::value_at(object, {a, b}); }
 
 bool says_connected(const json* robot) {
   return robot && field(*robot, "status", "connected").is_boolean() && field(*robot, "status", "connected").get<bool>();

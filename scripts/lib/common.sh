@@ -9,7 +9,7 @@ K8S4R_PACKAGES=(
   g++ clang cmake ninja-build pkg-config git ccache clang-format
   libpaho-mqttpp-dev libpaho-mqtt-dev libmosquitto-dev nlohmann-json3-dev libcurl4-openssl-dev libssl-dev
   libboost1.81-dev libspdlog-dev libcli11-dev libyaml-cpp-dev libcpp-httplib-dev libsystemd-dev
-  libgtest-dev libgmock-dev
+  libgtest-dev libgmock-dev libre2-dev
   mosquitto mosquitto-clients openssl curl
   python3-pytest python3-paho-mqtt python3-kubernetes python3-yaml
 )

@@ -10,17 +10,23 @@ namespace k8s4r::crd {
 
 using nlohmann::json;
 
+const json& value_at(const json& object, std::initializer_list<const char*> path) {
+  static const json kNull;
+  const json* node = &object;
+  for (const char* key : path) {
+    if (!node->is_object()) return kNull;
+    auto found = node->find(key);
+    if (found == node->end()) return kNull;
+    node = &*found;
+  }
+  return *node;
+}
+
 namespace {
 
 const json* at(const json& object, std::initializer_list<const char*> path) {
-  const json* node = &object;
-  for (const char* key : path) {
-    if (!node->is_object()) return nullptr;
-    auto found = node->find(key);
-    if (found == node->end()) return nullptr;
-    node = &*found;
-  }
-  return node;
+  const json& value = value_at(object, path);
+  return value.is_null() ? nullptr : &value;
 }
 
 std::string string_at(const json& object, std::initializer_list<const char*> path) {

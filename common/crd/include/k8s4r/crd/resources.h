@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,6 +35,10 @@ inline const kube::Resource kEvents{"", "v1", "events", true};
 // The bridge's finalizer on a Task it dispatched: the Task stays until the
 // robot has stopped it (or never had it, or is gone).
 inline constexpr std::string_view kBridgeFinalizer = "robot.k8s4r.io/bridge";
+
+// The value at `path` (object keys, outermost first), or a null value when
+// any step is missing or not an object. The one path walker of the daemons.
+const nlohmann::json& value_at(const nlohmann::json& object, std::initializer_list<const char*> path);
 
 // ---- Task ----------------------------------------------------------------------
 

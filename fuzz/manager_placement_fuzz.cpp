@@ -1,0 +1,42 @@
+// What the manager's scheduler reads from resources anyone with rights on
+// Jobs and Robots writes: resource quantities, constraints (operands,
+// regular expressions, version ranges) and a Robot's labels and device info.
+// Any bytes give a value or a refusal, never a crash or a hang; a quantity
+// read back from its milli-units is the same; a constraint that was accepted
+// is evaluated against the robot the same input describes.
+#include "k8s4r/crd/quantity.h"
+#include "k8s4r/manager/placement.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace k8s4r;
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+
+  if (auto milli = crd::parse_quantity_milli(text); milli) {
+    if (milli.value() < 0) __builtin_trap();
+    auto again = crd::parse_quantity_milli(std::to_string(milli.value()) + "m");
+    if (!again || again.value() != milli.value()) __builtin_trap();
+  }
+
+  const nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
+  if (value.is_discarded()) return 0;
+  const manager::RobotFacts robot = manager::robot_facts(value);
+  auto constraints =
+      manager::read_constraints(value.is_object() && value.contains("constraints") ? value["constraints"] : value);
+  if (constraints) {
+    for (const manager::Constraint& constraint : constraints.value()) {
+      static_cast<void>(constraint(robot.attributes));
+      static_cast<void>(constraint.describe());
+    }
+    manager::TaskNeeds needs;
+    needs.constraints = std::move(constraints).value();
+    static_cast<void>(manager::place(needs, {robot, robot}));
+  }
+  return 0;
+}

@@ -1,0 +1,89 @@
+// Where a Task may run, and where it should: the scheduler's decision as a
+// pure function of the robots' facts and the task's needs, so every rule is
+// tested from values, with no API server.
+//
+// A robot fits a task when it is Online, its labels match the Job's
+// robotSelector, it satisfies every constraint of the task and its group,
+// and it has room for the task's resources next to what its running tasks
+// take. Among those, the one running fewest of the task's group (spreading a
+// group), then fewest tasks, then the most free CPU, then by name. When none
+// fits, the reason counts why each robot did not ("3 robots: 2 do not match
+// zone=lab-a, 1 Offline"), so an operator reads it in the Task's status.
+//
+// Constraints are Nomad's (a Job's `constraints`: ltarget, operand, rtarget),
+// over these attributes of a robot:
+//   ${robot.name} ${node.unique.name}      the Robot's name
+//   ${robot.labels.KEY} ${meta.KEY}        spec.labels[KEY]
+//   ${attr.os} ${attr.arch} ${attr.platform} ${attr.platform.version}
+//   ${attr.kernel.version} ${attr.cpu.cores} ${attr.memory.total}
+//                                          from status.deviceInfo
+// An ltarget without ${...} is a literal. Operands: = != (strings; != holds
+// for a missing attribute), < <= > >= (numbers when both are, else strings),
+// regexp (RE2 syntax, as Nomad's Go regexp; unanchored), set_contains (every
+// comma-separated item of rtarget is in the attribute's comma-separated
+// list), version (rtarget a comma-separated list of "OP VERSION" all of
+// which the attribute's dotted version satisfies).
+//
+// Thread-safety: pure functions; Constraint objects are immutable once made.
+#pragma once
+
+#include "k8s4r/common/result.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace k8s4r::manager {
+
+// One constraint, checked when it is read (a bad operand or regexp is an
+// error on the Job, not a Task that never fits).
+class Constraint {
+ public:
+  static Result<Constraint> make(std::string ltarget, std::string operand, std::string rtarget);
+  bool operator()(const std::map<std::string, std::string>& attributes) const;
+  // "${attr.arch} = arm64", for a reason an operator reads.
+  std::string describe() const;
+
+ private:
+  struct Compiled;
+  std::string ltarget_, operand_, rtarget_;
+  std::shared_ptr<const Compiled> compiled_;
+};
+
+// A constraints array of a Job, a TaskGroup or a Task spec.
+Result<std::vector<Constraint>> read_constraints(const nlohmann::json& constraints);
+
+// What the scheduler knows of one robot.
+struct RobotFacts {
+  std::string name;
+  std::string phase;                                       // status.phase: "Online" fits
+  std::map<std::string, std::string> labels;               // spec.labels
+  std::map<std::string, std::string> attributes;           // the ${...} above, filled by robot_attributes
+  std::optional<std::int64_t> cpu_milli, memory_bytes;     // capacity; unknown: no limit
+  std::int64_t cpu_milli_used = 0, memory_bytes_used = 0;  // by its tasks not yet ended
+  int tasks = 0;                                           // tasks not yet ended
+  int tasks_of_group = 0;                                  // of the group being placed
+};
+// The attributes and capacity of a Robot resource (its labels, name and
+// deviceInfo); usage and counts are the caller's.
+RobotFacts robot_facts(const nlohmann::json& robot);
+
+struct TaskNeeds {
+  std::map<std::string, std::string> selector;  // the Job's robotSelector
+  std::vector<Constraint> constraints;          // the Job's, the group's and the task's
+  std::int64_t cpu_milli = 0, memory_bytes = 0;
+};
+
+struct Placement {
+  std::optional<std::string> robot;  // none: nothing fits, `why` says why
+  std::string why;
+};
+
+Placement place(const TaskNeeds& needs, const std::vector<RobotFacts>& robots);
+
+}  // namespace k8s4r::manager

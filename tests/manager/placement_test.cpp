@@ -1,0 +1,149 @@
+// The scheduler's decision from values: which robot fits, which is
+// preferred, and why none does, in words an operator reads.
+#include "k8s4r/manager/placement.h"
+
+#include <gtest/gtest.h>
+
+namespace k8s4r::manager {
+namespace {
+
+using nlohmann::json;
+
+Constraint constraint(const std::string& ltarget, const std::string& operand, const std::string& rtarget) {
+  auto made = Constraint::make(ltarget, operand, rtarget);
+  EXPECT_TRUE(made) << ltarget << " " << operand << " " << rtarget << ": " << made.error().to_string();
+  return made.value();
+}
+
+RobotFacts robot(const std::string& name, const std::string& phase = "Online",
+                 std::map<std::string, std::string> labels = {}) {
+  json resource = {{"metadata", {{"name", name}}},
+                   {"spec", {{"labels", labels}}},
+                   {"status",
+                    {{"phase", phase},
+                     {"deviceInfo",
+                      {{"platform", {{"os", "linux"}, {"arch", "arm64"}, {"kernelVersion", "6.1.0-18-arm64"}}},
+                       {"cpu", {{"logicalCores", 4}}},
+                       {"memory", {{"total", 8LL << 30}}}}}}}};
+  return robot_facts(resource);
+}
+
+TEST(RobotFacts, ComeFromTheRobotResource) {
+  const RobotFacts facts = robot("r1", "Online", {{"zone", "lab-a"}});
+  EXPECT_EQ(facts.name, "r1");
+  EXPECT_EQ(facts.labels.at("zone"), "lab-a");
+  EXPECT_EQ(facts.attributes.at("meta.zone"), "lab-a");
+  EXPECT_EQ(facts.attributes.at("robot.labels.zone"), "lab-a");
+  EXPECT_EQ(facts.attributes.at("attr.arch"), "arm64");
+  EXPECT_EQ(facts.attributes.at("attr.cpu.cores"), "4");
+  EXPECT_EQ(facts.cpu_milli, 4000);
+  EXPECT_EQ(facts.memory_bytes, 8LL << 30);
+  EXPECT_FALSE(robot_facts(json::object()).cpu_milli);  // unknown capacity: no limit
+}
+
+TEST(Constraints, EveryOperandTheCrdAllows) {
+  const std::map<std::string, std::string> robot_attributes = {{"attr.arch", "arm64"},
+                                                               {"attr.kernel.version", "6.1.0-18-arm64"},
+                                                               {"attr.cpu.cores", "4"},
+                                                               {"meta.tools", "camera,lidar,arm"},
+                                                               {"meta.class", "b"}};
+  struct Case {
+    const char *ltarget, *operand, *rtarget;
+    bool holds;
+  };
+  const Case cases[] = {
+      {"${attr.arch}", "=", "arm64", true},
+      {"${attr.arch}", "=", "amd64", false},
+      {"${attr.arch}", "!=", "amd64", true},
+      {"${meta.missing}", "!=", "x", true},
+      {"${meta.missing}", "=", "x", false},
+      {"${attr.cpu.cores}", ">", "2", true},
+      {"${attr.cpu.cores}", ">=", "10", false},
+      {"${attr.cpu.cores}", "<", "10", true},  // numbers, not text
+      {"${meta.class}", "<=", "c", true},
+      {"${meta.class}", ">", "c", false},
+      {"${attr.arch}", "regexp", "^arm", true},
+      {"${attr.arch}", "regexp", "^amd", false},
+      {"${meta.tools}", "set_contains", "lidar,camera", true},
+      {"${meta.tools}", "set_contains", "lidar,gripper", false},
+      {"${attr.kernel.version}", "version", ">= 5.10, < 7", true},
+      {"${attr.kernel.version}", "version", "> 6.1.0", false},
+      {"${attr.kernel.version}", "version", "6.1", true},
+      {"literal", "=", "literal", true},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(constraint(c.ltarget, c.operand, c.rtarget)(robot_attributes), c.holds)
+        << c.ltarget << " " << c.operand << " " << c.rtarget;
+  }
+}
+
+TEST(Constraints, WrongOnesAreRefusedWhenRead) {
+  EXPECT_FALSE(Constraint::make("${attr.arch}", "~=", "x"));
+  EXPECT_FALSE(Constraint::make("${attr.arch", "=", "x"));
+  EXPECT_FALSE(Constraint::make("${attr.arch}", "regexp", "(unclosed"));
+  EXPECT_FALSE(Constraint::make("${attr.arch}", "version", ">= banana"));
+  auto read = read_constraints(json::parse(R"([{"ltarget":"${attr.arch}","operand":"=","rtarget":"arm64"},
+                                                {"ltarget":"${attr.arch}","operand":"regexp","rtarget":"(["}])"));
+  ASSERT_FALSE(read);
+  EXPECT_EQ(read.error().field, "constraints[1].rtarget");
+  EXPECT_FALSE(read_constraints(json::parse(R"([{"ltarget":1,"operand":"=","rtarget":"x"}])")));
+  EXPECT_EQ(read_constraints(json()).value().size(), 0u);
+}
+
+// RE2 takes linear time: a pattern that makes a backtracking engine take
+// forever on a short value is answered at once.
+TEST(Constraints, ARegexpCannotHangTheScheduler) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(constraint("${meta.x}", "regexp", "^(a+)+$")({{"meta.x", std::string(60, 'a') + "!"}}));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(Place, PicksAFittingRobotSpreadingAGroupThenTheLeastLoaded) {
+  std::vector<RobotFacts> robots = {robot("a"), robot("b"), robot("c")};
+  robots[0].tasks_of_group = 1;
+  robots[1].tasks = 3;
+  robots[2].tasks = 1;
+  EXPECT_EQ(place({}, robots).robot, "c");  // a runs one of the group; c is less loaded than b
+  robots[2].tasks_of_group = 1;
+  EXPECT_EQ(place({}, robots).robot, "b");  // the only one without a task of the group
+  robots = {robot("b"), robot("a")};
+  EXPECT_EQ(place({}, robots).robot, "a");  // a tie goes by name
+}
+
+TEST(Place, SaysWhyNothingFits) {
+  std::vector<RobotFacts> robots = {robot("a", "Online", {{"zone", "lab-b"}}),
+                                    robot("b", "Online", {{"zone", "lab-b"}}),
+                                    robot("c", "Offline", {{"zone", "lab-a"}})};
+  TaskNeeds needs;
+  needs.selector = {{"zone", "lab-a"}};
+  Placement placement = place(needs, robots);
+  EXPECT_FALSE(placement.robot);
+  EXPECT_EQ(placement.why, "3 robots: 2 do not match zone=lab-a, 1 Offline");
+
+  robots = {robot("a", "Pending"), robot("b"), robot("c")};
+  robots[2].cpu_milli_used = 3900;
+  needs = TaskNeeds{};
+  needs.constraints.push_back(constraint("${attr.arch}", "=", "amd64"));
+  EXPECT_EQ(place(needs, {robots[0], robots[1]}).why, "2 robots: 1 Pending, 1 does not satisfy ${attr.arch} = amd64");
+  needs = TaskNeeds{};
+  needs.cpu_milli = 500;
+  EXPECT_EQ(place(needs, {robots[2]}).why, "1 robot: 1 lacks cpu (the task needs 500m)");
+  EXPECT_EQ(place(needs, robots).robot, "b");
+  needs.cpu_milli = 0;
+  needs.memory_bytes = 16LL << 30;
+  EXPECT_EQ(place(needs, {robots[1], robots[2]}).why, "2 robots: 2 lack memory (the task needs 16Gi)");
+  EXPECT_EQ(place(needs, {}).why, "no robots");
+}
+
+TEST(Place, ARobotOfUnknownCapacityTakesAnyTask) {
+  RobotFacts bare;
+  bare.name = "bare";
+  bare.phase = "Online";
+  TaskNeeds needs;
+  needs.cpu_milli = 64000;
+  needs.memory_bytes = 1LL << 40;
+  EXPECT_EQ(place(needs, {bare}).robot, "bare");
+}
+
+}  // namespace
+}  // namespace k8s4r::manager
