@@ -1,11 +1,14 @@
-// What the manager's scheduler reads from resources anyone with rights on
-// Jobs and Robots writes: resource quantities, constraints (operands,
-// regular expressions, version ranges) and a Robot's labels and device info.
+// What the manager reads from resources anyone with rights on Jobs and
+// Robots writes: resource quantities, constraints (operands, regular
+// expressions, version ranges), a Robot's labels, device info, heartbeat
+// time, conditions and token digest.
 // Any bytes give a value or a refusal, never a crash or a hang; a quantity
 // read back from its milli-units is the same; a constraint that was accepted
-// is evaluated against the robot the same input describes.
+// is evaluated against the robot the same input describes; a Robot's verdict,
+// once recorded, is not written again.
 #include "k8s4r/crd/quantity.h"
 #include "k8s4r/manager/placement.h"
+#include "k8s4r/manager/robot_lifecycle.h"
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +40,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     manager::TaskNeeds needs;
     needs.constraints = std::move(constraints).value();
     static_cast<void>(manager::place(needs, {robot, robot}));
+  }
+  const auto now = k8s4r::parse_rfc3339("2026-11-26T12:00:00Z").value();
+  for (const bool locked : {false, true}) {
+    manager::RobotPolicy policy;
+    policy.require_token = locked;
+    const manager::RobotVerdict verdict = manager::judge_robot(value, crd::token_digest("token"), policy, now);
+    const nlohmann::json patch = manager::robot_verdict_patch(value, verdict);
+    if (patch.is_null() || !value.is_object()) continue;
+    nlohmann::json after = value;
+    after.merge_patch(patch);
+    const manager::RobotVerdict again = manager::judge_robot(after, crd::token_digest("token"), policy, now);
+    if (!manager::robot_verdict_patch(after, again).is_null()) __builtin_trap();
   }
   return 0;
 }
