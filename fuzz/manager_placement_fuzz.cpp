@@ -1,17 +1,22 @@
 // What the manager reads from resources anyone with rights on Jobs and
 // Robots writes: resource quantities, constraints (operands, regular
 // expressions, version ranges), a Robot's labels, device info, heartbeat
-// time, conditions and token digest.
+// time, conditions and token digest; a Job's task groups and tasks.
 // Any bytes give a value or a refusal, never a crash or a hang; a quantity
 // read back from its milli-units is the same; a constraint that was accepted
 // is evaluated against the robot the same input describes; a Robot's verdict,
-// once recorded, is not written again.
+// once recorded, is not written again; every name made from a Job is a valid
+// object name, every label a valid label value.
 #include "k8s4r/crd/quantity.h"
+#include "k8s4r/crd/resources.h"
 #include "k8s4r/manager/placement.h"
 #include "k8s4r/manager/robot_lifecycle.h"
+#include "k8s4r/manager/templates.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -41,6 +46,36 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     needs.constraints = std::move(constraints).value();
     static_cast<void>(manager::place(needs, {robot, robot}));
   }
+  auto valid_name = [](const std::string& name) {
+    if (name.empty() || name.size() > 253 || name.front() == '-' || name.back() == '-') return false;
+    for (char c : name) {
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return false;
+    }
+    return true;
+  };
+  auto valid_labels = [](const nlohmann::json& labels) {
+    for (const auto& [key, value] : labels.items()) {
+      const std::string text = value.get<std::string>();
+      if (text.size() > 63) return false;
+      for (char c : text) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
+      }
+    }
+    return true;
+  };
+  if (auto groups = manager::task_groups_of(value); groups) {
+    for (nlohmann::json& group : groups.value()) {
+      if (!valid_name(group["metadata"]["name"]) || !valid_labels(group["metadata"]["labels"])) __builtin_trap();
+      group["spec"]["count"] = std::min<long long>(
+          group["spec"]["count"].is_number_integer() ? group["spec"]["count"].get<long long>() : 1, 3);
+      if (auto tasks = manager::tasks_of(group); tasks) {
+        for (const nlohmann::json& task : tasks.value()) {
+          if (!valid_name(task["metadata"]["name"]) || !valid_labels(task["metadata"]["labels"])) __builtin_trap();
+        }
+      }
+    }
+  }
+
   const auto now = k8s4r::parse_rfc3339("2026-11-26T12:00:00Z").value();
   for (const bool locked : {false, true}) {
     manager::RobotPolicy policy;
