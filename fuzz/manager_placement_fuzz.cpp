@@ -1,7 +1,8 @@
 // What the manager reads from resources anyone with rights on Jobs and
 // Robots writes: resource quantities, constraints (operands, regular
 // expressions, version ranges), a Robot's labels, device info, heartbeat
-// time, conditions and token digest; a Job's task groups and tasks.
+// time, conditions and token digest; a Job's task groups and tasks, and the
+// statuses rolled up from them.
 // Any bytes give a value or a refusal, never a crash or a hang; a quantity
 // read back from its milli-units is the same; a constraint that was accepted
 // is evaluated against the robot the same input describes; a Robot's verdict,
@@ -11,6 +12,7 @@
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/manager/placement.h"
 #include "k8s4r/manager/robot_lifecycle.h"
+#include "k8s4r/manager/status_rollup.h"
 #include "k8s4r/manager/templates.h"
 
 #include <nlohmann/json.hpp>
@@ -75,6 +77,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     }
   }
+
+  const nlohmann::json group_status = manager::task_group_status(value, {value, value});
+  nlohmann::json with_status = value.is_object() ? value : nlohmann::json::object();
+  with_status["status"] = group_status;
+  static_cast<void>(manager::job_status(value, {with_status, value}));
 
   const auto now = k8s4r::parse_rfc3339("2026-11-26T12:00:00Z").value();
   for (const bool locked : {false, true}) {

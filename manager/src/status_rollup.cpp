@@ -1,0 +1,177 @@
+#include "k8s4r/manager/status_rollup.h"
+
+#include "k8s4r/crd/resources.h"
+
+#include <algorithm>
+#include <map>
+
+namespace k8s4r::manager {
+
+using nlohmann::json;
+
+namespace {
+
+struct Counts {
+  int total = 0, pending = 0, dispatching = 0, running = 0, succeeded = 0, failed = 0;
+  bool all_ended() const { return total > 0 && succeeded + failed == total; }
+};
+
+std::string text(const json& object, std::initializer_list<const char*> path) {
+  const json& value = crd::value_at(object, path);
+  return value.is_string() ? value.get<std::string>() : std::string();
+}
+
+long long integer(const json& object, std::initializer_list<const char*> path, long long otherwise) {
+  const json& value = crd::value_at(object, path);
+  return value.is_number_integer() ? value.get<long long>() : otherwise;
+}
+
+long long attempt_of(const json& task) {
+  const std::string attempt = text(task, {"metadata", "labels", kAttemptLabel});
+  long long value = 0;
+  for (char c : attempt) {
+    if (c < '0' || c > '9' || value > 1'000'000) return 0;
+    value = value * 10 + (c - '0');
+  }
+  return value;
+}
+
+void count(Counts& counts, const json& task) {
+  ++counts.total;
+  const std::string state = text(task, {"status", "state"});
+  if (state == "completed" || (state == "exited" && integer(task, {"status", "exitCode"}, 1) == 0)) {
+    ++counts.succeeded;
+  } else if (state == "failed" || state == "exited") {
+    ++counts.failed;
+  } else if (state == "running") {
+    ++counts.running;
+  } else if (state == "dispatching" || state == "scheduled" || !text(task, {"spec", "targetRobot"}).empty()) {
+    ++counts.dispatching;
+  } else {
+    ++counts.pending;
+  }
+}
+
+std::string sentence(const Counts& counts) {
+  if (counts.total == 0) return "no tasks yet";
+  std::string out;
+  auto add = [&](int n, const char* what) {
+    if (n == 0) return;
+    out += (out.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+  };
+  add(counts.running, "running");
+  add(counts.dispatching, "dispatching");
+  add(counts.pending, "pending");
+  add(counts.succeeded, "succeeded");
+  add(counts.failed, "failed");
+  return out + " of " + std::to_string(counts.total) + (counts.total == 1 ? " task" : " tasks");
+}
+
+json counts_json(const Counts& counts) {
+  return {{"totalTasks", counts.total},
+          {"pendingTasks", counts.pending + counts.dispatching},
+          {"runningTasks", counts.running},
+          {"succeededTasks", counts.succeeded},
+          {"failedTasks", counts.failed}};
+}
+
+}  // namespace
+
+json task_group_status(const json& task_group, const std::vector<json>& tasks) {
+  // The newest Task of each slot (replica, task).
+  std::map<std::pair<std::string, std::string>, const json*> slots;
+  for (const json& task : tasks) {
+    const auto slot =
+        std::pair{text(task, {"metadata", "labels", "replica"}), text(task, {"metadata", "labels", "task"})};
+    auto [at, inserted] = slots.emplace(slot, &task);
+    if (!inserted && attempt_of(task) > attempt_of(*at->second)) at->second = &task;
+  }
+  Counts counts;
+  std::map<long long, std::string> robots;  // replica -> robot
+  for (const auto& [slot, task] : slots) {
+    count(counts, *task);
+    const std::string robot = text(*task, {"spec", "targetRobot"});
+    long long replica = -1;
+    if (!slot.first.empty() && slot.first.size() < 7 &&
+        std::all_of(slot.first.begin(), slot.first.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      replica = std::stoll(slot.first);
+    }
+    if (!robot.empty() && replica >= 0) robots.emplace(replica, robot);
+  }
+  const long long expected = integer(task_group, {"spec", "count"}, 1) *
+                             static_cast<long long>(crd::value_at(task_group, {"spec", "tasks"}).is_array()
+                                                        ? crd::value_at(task_group, {"spec", "tasks"}).size()
+                                                        : 0);
+  std::string state = "pending";
+  if (counts.total > 0 && counts.total >= expected && counts.succeeded == counts.total) {
+    state = "completed";
+  } else if (counts.total >= expected && counts.all_ended()) {
+    state = "failed";
+  } else if (counts.running > 0) {
+    state = "running";
+  } else if (counts.dispatching > 0) {
+    state = "scheduled";
+  }
+  json status = counts_json(counts);
+  status["state"] = state;
+  status["statusDescription"] = sentence(counts);
+  json assigned = json::array();
+  for (const auto& [replica, robot] : robots) assigned.push_back({{"replicaIndex", replica}, {"robotName", robot}});
+  status["assignedRobots"] = assigned;
+  return status;
+}
+
+json job_status(const json& job, const std::vector<json>& task_groups) {
+  Counts counts;
+  json summary = json::object();
+  json names = json::array();
+  int completed = 0, failed = 0, active = 0;
+  for (const json& group : task_groups) {
+    names.push_back(text(group, {"metadata", "name"}));
+    const json& status = crd::value_at(group, {"status"});
+    Counts each;
+    each.total = static_cast<int>(integer(status, {"totalTasks"}, 0));
+    each.running = static_cast<int>(integer(status, {"runningTasks"}, 0));
+    each.succeeded = static_cast<int>(integer(status, {"succeededTasks"}, 0));
+    each.failed = static_cast<int>(integer(status, {"failedTasks"}, 0));
+    each.pending = static_cast<int>(integer(status, {"pendingTasks"}, 0));
+    counts.total += each.total;
+    counts.running += each.running;
+    counts.succeeded += each.succeeded;
+    counts.failed += each.failed;
+    counts.pending += each.pending;
+    const std::string state = text(status, {"state"});
+    completed += state == "completed";
+    failed += state == "failed";
+    active += state == "running" || state == "scheduled";
+    const std::string group_name = text(group, {"spec", "groupName"});
+    summary[group_name.empty() ? text(group, {"metadata", "name"}) : group_name] = {
+        {"queued", state == "scheduled" ? 0 : each.pending},
+        {"starting", state == "scheduled" ? each.pending : 0},
+        {"running", each.running},
+        {"complete", each.succeeded},
+        {"failed", each.failed},
+        {"lost", 0}};
+  }
+  const json& wanted = crd::value_at(job, {"spec", "taskGroups"});
+  const int expected = wanted.is_array() ? static_cast<int>(wanted.size()) : 0;
+  const int groups = static_cast<int>(task_groups.size());
+  std::string state = "pending";
+  if (groups >= expected && groups > 0 && completed == groups) {
+    state = "completed";
+  } else if (groups >= expected && groups > 0 && completed + failed == groups && failed > 0) {
+    state = "failed";
+  } else if (active > 0) {
+    state = "running";
+  }
+  json status = counts_json(counts);
+  status["state"] = state;
+  status["statusDescription"] =
+      groups < expected ? "creating task groups (" + std::to_string(groups) + " of " + std::to_string(expected) + ")"
+                        : sentence(counts);
+  status["taskGroups"] = names;
+  status["taskGroupSummary"] = summary;
+  return status;
+}
+
+}  // namespace k8s4r::manager

@@ -1,0 +1,96 @@
+// What `kubectl get rjob,rtg` shows, from the Tasks and TaskGroups.
+#include "k8s4r/manager/status_rollup.h"
+
+#include <gtest/gtest.h>
+
+namespace k8s4r::manager {
+namespace {
+
+using nlohmann::json;
+
+json group(int count, int tasks_per_replica) {
+  json tasks = json::array();
+  for (int i = 0; i < tasks_per_replica; ++i) tasks.push_back({{"name", "t" + std::to_string(i)}});
+  return {{"metadata", {{"name", "job-g"}}}, {"spec", {{"groupName", "g"}, {"count", count}, {"tasks", tasks}}}};
+}
+
+json task(int replica, const std::string& name, const std::string& state, const std::string& robot = "",
+          int attempt = 0, std::optional<int> exit_code = std::nullopt) {
+  json labels = {{"replica", std::to_string(replica)}, {"task", name}};
+  if (attempt > 0) labels[kAttemptLabel] = std::to_string(attempt);
+  json resource = {{"metadata", {{"labels", labels}}}, {"spec", json::object()}, {"status", json::object()}};
+  if (!robot.empty()) resource["spec"]["targetRobot"] = robot;
+  if (!state.empty()) resource["status"]["state"] = state;
+  if (exit_code) resource["status"]["exitCode"] = *exit_code;
+  return resource;
+}
+
+TEST(TaskGroupStatus, CountsEachSlotOnceAndSaysWhereItsReplicasRun) {
+  const json status = task_group_status(group(2, 2), {task(0, "t0", "running", "r1"), task(0, "t1", "completed", "r1"),
+                                                      task(1, "t0", "dispatching", "r2"), task(1, "t1", "", "")});
+  EXPECT_EQ(status["state"], "running");
+  EXPECT_EQ(status["totalTasks"], 4);
+  EXPECT_EQ(status["runningTasks"], 1);
+  EXPECT_EQ(status["succeededTasks"], 1);
+  EXPECT_EQ(status["pendingTasks"], 2);  // one dispatching, one not yet placed
+  EXPECT_EQ(status["statusDescription"], "1 running, 1 dispatching, 1 pending, 1 succeeded of 4 tasks");
+  EXPECT_EQ(status["assignedRobots"],
+            json::parse(R"([{"replicaIndex":0,"robotName":"r1"},{"replicaIndex":1,"robotName":"r2"}])"));
+}
+
+TEST(TaskGroupStatus, EndsCompletedOrFailedOnlyWhenEverySlotEnded) {
+  EXPECT_EQ(
+      task_group_status(group(2, 1), {task(0, "t0", "completed", "r1"), task(1, "t0", "exited", "r1", 0, 0)})["state"],
+      "completed");
+  EXPECT_EQ(task_group_status(group(2, 1), {task(0, "t0", "completed", "r1"), task(1, "t0", "failed", "r2")})["state"],
+            "failed");
+  EXPECT_EQ(
+      task_group_status(group(2, 1), {task(0, "t0", "completed", "r1"), task(1, "t0", "exited", "r2", 0, 3)})["state"],
+      "failed");
+  // One slot's Task not created yet: not complete, whatever the others say.
+  EXPECT_EQ(task_group_status(group(2, 1), {task(0, "t0", "completed", "r1")})["state"], "pending");
+  EXPECT_EQ(task_group_status(group(1, 1), {task(0, "t0", "dispatching", "r1")})["state"], "scheduled");
+  EXPECT_EQ(task_group_status(group(1, 1), {})["statusDescription"], "no tasks yet");
+}
+
+TEST(TaskGroupStatus, ARescheduledSlotCountsByItsNewestTask) {
+  const json lost = task(0, "t0", "failed", "r1");
+  const json replacement = task(0, "t0", "running", "r2", 1);
+  for (const auto& tasks : {std::vector<json>{lost, replacement}, std::vector<json>{replacement, lost}}) {
+    const json status = task_group_status(group(1, 1), tasks);
+    EXPECT_EQ(status["state"], "running");
+    EXPECT_EQ(status["totalTasks"], 1);
+    EXPECT_EQ(status["failedTasks"], 0);
+    EXPECT_EQ(status["assignedRobots"][0]["robotName"], "r2");
+  }
+}
+
+TEST(JobStatus, AddsUpItsGroups) {
+  const json job = json::parse(R"({"spec":{"taskGroups":[{"name":"a"},{"name":"b"}]}})");
+  json a = group(3, 1), b = group(2, 1);
+  a["metadata"]["name"] = "job-a";
+  a["spec"]["groupName"] = "a";
+  b["metadata"]["name"] = "job-b";
+  b["spec"]["groupName"] = "b";
+  a["status"] = task_group_status(
+      a, {task(0, "t0", "completed", "r1"), task(1, "t0", "completed", "r2"), task(2, "t0", "completed", "r3")});
+  b["status"] = task_group_status(b, {task(0, "t0", "running", "r1"), task(1, "t0", "dispatching", "r2")});
+  json status = job_status(job, {a, b});
+  EXPECT_EQ(status["state"], "running");
+  EXPECT_EQ(status["totalTasks"], 5);
+  EXPECT_EQ(status["succeededTasks"], 3);
+  EXPECT_EQ(status["runningTasks"], 1);
+  EXPECT_EQ(status["taskGroups"], json::array({"job-a", "job-b"}));
+  EXPECT_EQ(status["taskGroupSummary"]["a"]["complete"], 3);
+  EXPECT_EQ(status["taskGroupSummary"]["b"]["running"], 1);
+  EXPECT_EQ(job_status(job, {a})["state"], "pending");  // b not created yet
+  EXPECT_EQ(job_status(job, {a})["statusDescription"], "creating task groups (1 of 2)");
+  b["status"] = task_group_status(b, {task(0, "t0", "completed", "r1"), task(1, "t0", "completed", "r2")});
+  EXPECT_EQ(job_status(job, {a, b})["state"], "completed");
+  b["status"] = task_group_status(b, {task(0, "t0", "completed", "r1"), task(1, "t0", "failed", "r2")});
+  EXPECT_EQ(job_status(job, {a, b})["state"], "failed");
+  EXPECT_EQ(job_status(job, {a, b})["statusDescription"], "4 succeeded, 1 failed of 5 tasks");
+}
+
+}  // namespace
+}  // namespace k8s4r::manager
