@@ -2,7 +2,8 @@
 // Robots writes: resource quantities, constraints (operands, regular
 // expressions, version ranges), a Robot's labels, device info, heartbeat
 // time, conditions and token digest; a Job's task groups and tasks, and the
-// statuses rolled up from them.
+// statuses rolled up from them; a reschedule policy (its delay never
+// negative, whatever the durations and the history).
 // Any bytes give a value or a refusal, never a crash or a hang; a quantity
 // read back from its milli-units is the same; a constraint that was accepted
 // is evaluated against the robot the same input describes; a Robot's verdict,
@@ -11,6 +12,7 @@
 #include "k8s4r/crd/quantity.h"
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/manager/placement.h"
+#include "k8s4r/manager/reschedule.h"
 #include "k8s4r/manager/robot_lifecycle.h"
 #include "k8s4r/manager/status_rollup.h"
 #include "k8s4r/manager/templates.h"
@@ -82,6 +84,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   nlohmann::json with_status = value.is_object() ? value : nlohmann::json::object();
   with_status["status"] = group_status;
   static_cast<void>(manager::job_status(value, {with_status, value}));
+
+  for (const char* type : {"batch", "service"}) {
+    if (auto policy =
+            manager::read_reschedule_policy(value.is_object() ? value.value("reschedulePolicy", value) : value, type);
+        policy) {
+      const auto at = k8s4r::parse_rfc3339("2026-11-26T12:00:00Z").value();
+      std::vector<k8s4r::Timestamp> earlier(size % 70, at - std::chrono::hours(1));
+      const manager::RescheduleDecision decision = manager::decide_reschedule(policy.value(), earlier, at);
+      if (decision.delay < std::chrono::nanoseconds(0)) __builtin_trap();
+    }
+  }
 
   const auto now = k8s4r::parse_rfc3339("2026-11-26T12:00:00Z").value();
   for (const bool locked : {false, true}) {
