@@ -50,6 +50,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     needs.constraints = std::move(constraints).value();
     static_cast<void>(manager::place(needs, {robot, robot}));
   }
+  if (auto needs = manager::replica_needs(value, value); needs) {
+    if (needs.value().cpu_milli < 0 || needs.value().memory_bytes < 0) __builtin_trap();
+    static_cast<void>(manager::place(needs.value(), {robot}));
+  }
   auto valid_name = [](const std::string& name) {
     if (name.empty() || name.size() > 253 || name.front() == '-' || name.back() == '-') return false;
     for (char c : name) {

@@ -1,5 +1,6 @@
 #include "k8s4r/manager/placement.h"
 
+#include "k8s4r/crd/quantity.h"
 #include "k8s4r/crd/resources.h"
 
 #include <re2/re2.h>
@@ -294,6 +295,53 @@ Placement place(const TaskNeeds& needs, const std::vector<RobotFacts>& robots) {
       std::to_string(robots.size()) + " " + plural(static_cast<int>(robots.size()), "robot", "robots") + ":";
   for (std::size_t i = 0; i < reasons.size(); ++i) why += (i == 0 ? " " : ", ") + reasons[i].second;
   return Placement{std::nullopt, why};
+}
+
+namespace {
+
+// A resource quantity as the CRD allows it (an integer, or a quantity string), in milli-units.
+Result<std::int64_t> quantity_milli(const json& value) {
+  if (value.is_number_integer()) {
+    const auto whole = value.get<std::int64_t>();
+    if (whole < 0 || whole > INT64_MAX / 1000) return Error{"", "must be between 0 and 9223372036854775"};
+    return whole * 1000;
+  }
+  if (value.is_string()) return crd::parse_quantity_milli(value.get<std::string>());
+  return Error{"", "must be a number or a quantity such as \"500m\" or \"128Mi\""};
+}
+
+}  // namespace
+
+Result<TaskNeeds> replica_needs(const json& job, const json& task_group) {
+  TaskNeeds needs;
+  const json& selector = crd::value_at(job, {"spec", "robotSelector"});
+  if (selector.is_object()) {
+    for (const auto& [key, value] : selector.items()) {
+      if (!value.is_string()) return Error{"spec.robotSelector." + key, "must be a string"};
+      needs.selector[key] = value.get<std::string>();
+    }
+  }
+  auto group_constraints = read_constraints(crd::value_at(task_group, {"spec", "constraints"}));
+  if (!group_constraints) return group_constraints.error().within("spec");
+  needs.constraints = std::move(group_constraints).value();
+  const json& tasks = crd::value_at(task_group, {"spec", "tasks"});
+  if (!tasks.is_array()) return Error{"spec.tasks", "must be a list"};
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const std::string where = "spec.tasks[" + std::to_string(i) + "]";
+    auto constraints = read_constraints(crd::value_at(tasks[i], {"constraints"}));
+    if (!constraints) return constraints.error().within(where);
+    for (Constraint& constraint : constraints.value()) needs.constraints.push_back(std::move(constraint));
+    for (const auto& [key, total] : {std::pair{"cpu", &needs.cpu_milli}, std::pair{"memory", &needs.memory_bytes}}) {
+      const json& value = crd::value_at(tasks[i], {"resources", key});
+      if (value.is_null()) continue;
+      auto milli = quantity_milli(value);
+      if (!milli) return milli.error().within(where + ".resources." + key);
+      const std::int64_t amount = std::string_view(key) == "cpu" ? milli.value() : crd::whole_units(milli.value());
+      if (amount > INT64_MAX - *total) return Error{where + ".resources." + key, "the tasks together need too much"};
+      *total += amount;
+    }
+  }
+  return needs;
 }
 
 }  // namespace k8s4r::manager

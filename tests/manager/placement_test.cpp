@@ -145,5 +145,37 @@ TEST(Place, ARobotOfUnknownCapacityTakesAnyTask) {
   EXPECT_EQ(place(needs, {bare}).robot, "bare");
 }
 
+// A replica's tasks go to one robot together: their resources add up, and
+// every constraint of the group and its tasks applies.
+TEST(ReplicaNeeds, AddUpTheTasksOfAReplica) {
+  const json job = json::parse(R"({"spec": {"robotSelector": {"zone": "lab-a"}}})");
+  const json group = json::parse(R"({"spec": {
+      "constraints": [{"ltarget": "${attr.arch}", "operand": "=", "rtarget": "arm64"}],
+      "tasks": [{"name": "a", "resources": {"cpu": "500m", "memory": "128Mi"},
+                 "constraints": [{"ltarget": "${meta.camera}", "operand": "=", "rtarget": "yes"}]},
+                {"name": "b", "resources": {"cpu": 1, "memory": 1048576}},
+                {"name": "c"}]}})");
+  auto needs = replica_needs(job, group);
+  ASSERT_TRUE(needs) << needs.error().to_string();
+  EXPECT_EQ(needs.value().selector, (std::map<std::string, std::string>{{"zone", "lab-a"}}));
+  EXPECT_EQ(needs.value().cpu_milli, 1500);
+  EXPECT_EQ(needs.value().memory_bytes, (128LL << 20) + (1LL << 20));
+  ASSERT_EQ(needs.value().constraints.size(), 2u);
+  EXPECT_EQ(needs.value().constraints[0].describe(), "${attr.arch} = arm64");
+
+  json bad = group;
+  bad["spec"]["tasks"][1]["resources"]["memory"] = "lots";
+  auto refused = replica_needs(job, bad);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().field, "spec.tasks[1].resources.memory");
+  bad = group;
+  bad["spec"]["tasks"][0]["constraints"][0]["operand"] = "~";
+  EXPECT_EQ(replica_needs(job, bad).error().field, "spec.tasks[0].constraints[0].operand");
+  bad = group;
+  bad["spec"]["tasks"][0]["resources"]["cpu"] = "8Ei";
+  bad["spec"]["tasks"][1]["resources"]["cpu"] = "8Ei";
+  EXPECT_FALSE(replica_needs(job, bad));  // each too large, or too large together
+}
+
 }  // namespace
 }  // namespace k8s4r::manager

@@ -86,4 +86,11 @@ struct Placement {
 
 Placement place(const TaskNeeds& needs, const std::vector<RobotFacts>& robots);
 
+// What one replica of a TaskGroup needs, its tasks placed together on one
+// robot as Nomad places an allocation (and Go K8s4r assigned a robot per
+// replica): the Job's robotSelector, the group's constraints and every
+// task's, and the sum of the tasks' cpu and memory. An Error names the field
+// that cannot be read (a bad quantity, constraint or selector).
+Result<TaskNeeds> replica_needs(const nlohmann::json& job, const nlohmann::json& task_group);
+
 }  // namespace k8s4r::manager
