@@ -1,0 +1,93 @@
+#include "k8s4r/manager/config.h"
+
+#include "k8s4r/common/duration.h"
+#include "k8s4r/common/identifiers.h"
+#include "k8s4r/daemon/config_loader.h"
+
+namespace k8s4r::manager {
+
+#ifndef K8S4R_VERSION
+#define K8S4R_VERSION "0.0.0"
+#endif
+
+namespace {
+
+using daemon::ApplyResult;
+
+ApplyResult namespace_name(const std::string& value, std::string& target) {
+  if (auto checked = validate_identifier(value); !checked) return checked.error().message;
+  target = value;
+  return std::nullopt;
+}
+
+std::vector<daemon::Setting> settings(ManagerConfig& c) {
+  const auto duration = [](std::chrono::nanoseconds& target) {
+    return [&target](const std::string& v) { return daemon::parse_positive_duration(v, target); };
+  };
+  return {
+      {"kubeconfig", "kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
+       [&c](const std::string& v) { return daemon::parse_existing_file(v, c.kubeconfig); }},
+      {"namespace", "the namespace to manage (default: every namespace)",
+       [&c](const std::string& v) { return namespace_name(v, c.namespace_); }},
+      {"metrics-bind-address", "host:port for /metrics, /healthz and /readyz (127.0.0.1:9091; port 0: any)",
+       [&c](const std::string& v) { return daemon::parse_bind_address(v, c.metrics_bind_address); }},
+      {"require-robot-token",
+       "approve a robot only when its registration token matches its Secret k8s4r-robot-<id> (false)",
+       [&c](const std::string& v) { return daemon::parse_bool(v, c.require_robot_token); }},
+      {"robot-offline-after", "a robot without a heartbeat this long is Offline, a Go duration (90s)",
+       duration(c.robot_offline_after)},
+      {"disconnect-grace", "a robot disconnected from the broker this long is Offline, a Go duration (30s)",
+       duration(c.disconnect_grace)},
+      {"dispatch-timeout", "a Task still dispatching this long is rescheduled, a Go duration (2m)",
+       duration(c.dispatch_timeout)},
+      {"leader-elect", "run only while holding the Lease k8s4r-manager, so one of several managers acts (true)",
+       [&c](const std::string& v) { return daemon::parse_bool(v, c.leader_elect); }},
+      {"leader-election-identity", "this manager's name in the Lease (default: host name and a random suffix)",
+       [&c](const std::string& v) -> ApplyResult {
+         if (v.empty() || v.size() > 253) return "must be 1 to 253 characters";
+         c.leader_election_identity = v;
+         return std::nullopt;
+       }},
+      {"leader-election-namespace", "the Lease's namespace (default: namespace, else the kubeconfig's)",
+       [&c](const std::string& v) { return namespace_name(v, c.leader_election_namespace); }},
+      {"leader-election-lease-duration", "how long a follower waits before taking the Lease over (15s)",
+       duration(c.lease_duration)},
+      {"leader-election-renew-deadline", "how long the leader tries to renew before it stops acting (10s)",
+       duration(c.renew_deadline)},
+      {"leader-election-retry-period", "how often the Lease is tried (2s)", duration(c.retry_period)},
+      {"log-level", "trace, debug, info, warn or error",
+       [&c](const std::string& v) { return daemon::parse_log_level(v, c.log_level); }},
+  };
+}
+
+}  // namespace
+
+ManagerConfigOutcome parse_manager_config(const std::vector<std::string>& args,
+                                          const std::function<std::string(const std::string&)>& env,
+                                          const std::string& default_config_file) {
+  ManagerConfig config;
+  const daemon::Program program{"k8s4r-manager",
+                                "k8s4r-manager: turns Jobs into Tasks on robots, approves robots and notices "
+                                "when they go away.",
+                                K8S4R_VERSION, default_config_file};
+  const auto outcome =
+      daemon::load_settings(program, settings(config), args, env, [&](std::vector<std::string>& errors) {
+        // client-go's checks (leaderelection.NewLeaderElector), so a leader stops acting before another
+        // may take the Lease over.
+        if (config.lease_duration <= config.renew_deadline) {
+          errors.push_back("leader-election-lease-duration (" + format_go_duration(config.lease_duration) +
+                           ") must be longer than leader-election-renew-deadline (" +
+                           format_go_duration(config.renew_deadline) + ")");
+        }
+        if (config.renew_deadline <= config.retry_period * 12 / 10) {
+          errors.push_back("leader-election-renew-deadline (" + format_go_duration(config.renew_deadline) +
+                           ") must be longer than 1.2 x leader-election-retry-period (" +
+                           format_go_duration(config.retry_period) + ")");
+        }
+      });
+  if (!outcome.run) return {std::nullopt, outcome.output, outcome.exit_code};
+  config.config_file = outcome.config_file;
+  return {config, "", 0};
+}
+
+}  // namespace k8s4r::manager

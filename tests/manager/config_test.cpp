@@ -1,0 +1,71 @@
+// The manager's settings: defaults, flags and K8S4R_* variables, and every
+// error at once (the leader election's timings checked as client-go does).
+#include "k8s4r/manager/config.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace k8s4r::manager {
+namespace {
+
+using namespace std::chrono_literals;
+
+ManagerConfigOutcome parse(const std::vector<std::string>& args, std::map<std::string, std::string> env = {}) {
+  return parse_manager_config(
+      args,
+      [env](const std::string& name) {
+        auto found = env.find(name);
+        return found == env.end() ? std::string() : found->second;
+      },
+      "/nonexistent/manager.yaml");
+}
+
+TEST(ManagerConfig, DefaultsAreTheIssuesAndClientGos) {
+  const auto outcome = parse({});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  const ManagerConfig& config = *outcome.config;
+  EXPECT_FALSE(config.require_robot_token);
+  EXPECT_EQ(config.robot_offline_after, 90s);
+  EXPECT_EQ(config.disconnect_grace, 30s);
+  EXPECT_EQ(config.dispatch_timeout, 2min);
+  EXPECT_TRUE(config.leader_elect);
+  EXPECT_EQ(config.lease_duration, 15s);
+  EXPECT_EQ(config.renew_deadline, 10s);
+  EXPECT_EQ(config.retry_period, 2s);
+  EXPECT_TRUE(config.namespace_.empty());  // every namespace
+}
+
+TEST(ManagerConfig, FlagsOverTheEnvironment) {
+  const auto outcome = parse({"--require-robot-token", "true", "--robot-offline-after", "2m", "--namespace", "fleet"},
+                             {{"K8S4R_ROBOT_OFFLINE_AFTER", "5m"}, {"K8S4R_LEADER_ELECT", "false"}});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_TRUE(outcome.config->require_robot_token);
+  EXPECT_EQ(outcome.config->robot_offline_after, 2min);
+  EXPECT_FALSE(outcome.config->leader_elect);
+  EXPECT_EQ(outcome.config->namespace_, "fleet");
+}
+
+TEST(ManagerConfig, EveryErrorAtOnce) {
+  const auto outcome = parse({"--disconnect-grace", "soon", "--namespace", "Not/A/Namespace",
+                              "--leader-election-lease-duration", "5s", "--leader-election-retry-period", "9s"});
+  ASSERT_FALSE(outcome.config);
+  EXPECT_EQ(outcome.exit_code, 2);
+  for (const char* named : {"disconnect-grace", "namespace", "must be longer than leader-election-renew-deadline",
+                            "must be longer than 1.2 x leader-election-retry-period"}) {
+    EXPECT_NE(outcome.output.find(named), std::string::npos) << named << " missing from:\n" << outcome.output;
+  }
+}
+
+TEST(ManagerConfig, HelpNamesEverySetting) {
+  const auto outcome = parse({"--help"});
+  EXPECT_FALSE(outcome.config);
+  EXPECT_EQ(outcome.exit_code, 0);
+  for (const char* flag : {"--require-robot-token", "--robot-offline-after", "--disconnect-grace", "--dispatch-timeout",
+                           "--leader-elect", "--leader-election-identity", "--metrics-bind-address"}) {
+    EXPECT_NE(outcome.output.find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace k8s4r::manager
