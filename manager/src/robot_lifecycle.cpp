@@ -9,14 +9,6 @@ using std::chrono::nanoseconds;
 
 namespace {
 
-std::optional<Timestamp> time_at(const json& object, std::initializer_list<const char*> path) {
-  const json& value = crd::value_at(object, path);
-  if (!value.is_string()) return std::nullopt;
-  auto parsed = parse_rfc3339(value.get<std::string>());
-  if (!parsed) return std::nullopt;
-  return parsed.value();
-}
-
 // When the Connected condition turned False, if it is False.
 std::optional<Timestamp> disconnected_since(const json& robot) {
   const json& conditions = crd::value_at(robot, {"status", "conditions"});
@@ -24,7 +16,7 @@ std::optional<Timestamp> disconnected_since(const json& robot) {
   for (const json& condition : conditions) {
     if (!condition.is_object() || condition.value("type", json()) != "Connected") continue;
     if (condition.value("status", json()) != "False") return std::nullopt;
-    auto since = time_at(condition, {"lastTransitionTime"});
+    auto since = crd::timestamp_at(condition, {"lastTransitionTime"});
     return since ? since : std::optional<Timestamp>(Timestamp{});  // False since we know not when: long ago
   }
   return std::nullopt;
@@ -55,7 +47,7 @@ RobotVerdict judge_robot(const json& robot, const std::optional<std::string>& se
               std::nullopt};
     }
   }
-  const auto heartbeat = time_at(robot, {"status", "lastHeartbeatTime"});
+  const auto heartbeat = crd::timestamp_at(robot, {"status", "lastHeartbeatTime"});
   if (!heartbeat) return {crd::RobotPhase::offline, "approved; no heartbeat yet", std::nullopt};
   const nanoseconds age = now - *heartbeat;
   if (age >= policy.offline_after) {

@@ -16,18 +16,13 @@ struct Counts {
   bool all_ended() const { return total > 0 && succeeded + failed == total; }
 };
 
-std::string text(const json& object, std::initializer_list<const char*> path) {
-  const json& value = crd::value_at(object, path);
-  return value.is_string() ? value.get<std::string>() : std::string();
-}
-
 long long integer(const json& object, std::initializer_list<const char*> path, long long otherwise) {
   const json& value = crd::value_at(object, path);
   return value.is_number_integer() ? value.get<long long>() : otherwise;
 }
 
 long long attempt_of(const json& task) {
-  const std::string attempt = text(task, {"metadata", "labels", kAttemptLabel});
+  const std::string attempt = crd::string_at(task, {"metadata", "labels", kAttemptLabel});
   long long value = 0;
   for (char c : attempt) {
     if (c < '0' || c > '9' || value > 1'000'000) return 0;
@@ -38,14 +33,14 @@ long long attempt_of(const json& task) {
 
 void count(Counts& counts, const json& task) {
   ++counts.total;
-  const std::string state = text(task, {"status", "state"});
+  const std::string state = crd::string_at(task, {"status", "state"});
   if (state == "completed" || (state == "exited" && integer(task, {"status", "exitCode"}, 1) == 0)) {
     ++counts.succeeded;
   } else if (state == "failed" || state == "exited") {
     ++counts.failed;
   } else if (state == "running") {
     ++counts.running;
-  } else if (state == "dispatching" || state == "scheduled" || !text(task, {"spec", "targetRobot"}).empty()) {
+  } else if (state == "dispatching" || state == "scheduled" || !crd::string_at(task, {"spec", "targetRobot"}).empty()) {
     ++counts.dispatching;
   } else {
     ++counts.pending;
@@ -81,8 +76,8 @@ json task_group_status(const json& task_group, const std::vector<json>& tasks) {
   // The newest Task of each slot (replica, task).
   std::map<std::pair<std::string, std::string>, const json*> slots;
   for (const json& task : tasks) {
-    const auto slot =
-        std::pair{text(task, {"metadata", "labels", "replica"}), text(task, {"metadata", "labels", "task"})};
+    const auto slot = std::pair{crd::string_at(task, {"metadata", "labels", "replica"}),
+                                crd::string_at(task, {"metadata", "labels", "task"})};
     auto [at, inserted] = slots.emplace(slot, &task);
     if (!inserted && attempt_of(task) > attempt_of(*at->second)) at->second = &task;
   }
@@ -90,7 +85,7 @@ json task_group_status(const json& task_group, const std::vector<json>& tasks) {
   std::map<long long, std::string> robots;  // replica -> robot
   for (const auto& [slot, task] : slots) {
     count(counts, *task);
-    const std::string robot = text(*task, {"spec", "targetRobot"});
+    const std::string robot = crd::string_at(*task, {"spec", "targetRobot"});
     long long replica = -1;
     if (!slot.first.empty() && slot.first.size() < 7 &&
         std::all_of(slot.first.begin(), slot.first.end(), [](char c) { return c >= '0' && c <= '9'; })) {
@@ -127,7 +122,7 @@ json job_status(const json& job, const std::vector<json>& task_groups) {
   json names = json::array();
   int completed = 0, failed = 0, active = 0;
   for (const json& group : task_groups) {
-    names.push_back(text(group, {"metadata", "name"}));
+    names.push_back(crd::string_at(group, {"metadata", "name"}));
     const json& status = crd::value_at(group, {"status"});
     Counts each;
     each.total = static_cast<int>(integer(status, {"totalTasks"}, 0));
@@ -140,12 +135,12 @@ json job_status(const json& job, const std::vector<json>& task_groups) {
     counts.succeeded += each.succeeded;
     counts.failed += each.failed;
     counts.pending += each.pending;
-    const std::string state = text(status, {"state"});
+    const std::string state = crd::string_at(status, {"state"});
     completed += state == "completed";
     failed += state == "failed";
     active += state == "running" || state == "scheduled";
-    const std::string group_name = text(group, {"spec", "groupName"});
-    summary[group_name.empty() ? text(group, {"metadata", "name"}) : group_name] = {
+    const std::string group_name = crd::string_at(group, {"spec", "groupName"});
+    summary[group_name.empty() ? crd::string_at(group, {"metadata", "name"}) : group_name] = {
         {"queued", state == "scheduled" ? 0 : each.pending},
         {"starting", state == "scheduled" ? each.pending : 0},
         {"running", each.running},

@@ -44,11 +44,6 @@ json owner_reference(const json& owner, const char* kind) {
           {"blockOwnerDeletion", true}};
 }
 
-std::string text_at(const json& object, std::initializer_list<const char*> path) {
-  const json& value = crd::value_at(object, path);
-  return value.is_string() ? value.get<std::string>() : std::string();
-}
-
 }  // namespace
 
 std::string object_name(const std::vector<std::string>& parts) {
@@ -72,8 +67,8 @@ std::string label_value(const std::string& text) {
 }
 
 Result<std::vector<json>> task_groups_of(const json& job) {
-  const std::string job_name = text_at(job, {"metadata", "name"});
-  const std::string ns = text_at(job, {"metadata", "namespace"});
+  const std::string job_name = crd::string_at(job, {"metadata", "name"});
+  const std::string ns = crd::string_at(job, {"metadata", "namespace"});
   const json& groups = crd::value_at(job, {"spec", "taskGroups"});
   if (!groups.is_array()) return Error{"spec.taskGroups", "must be a list"};
   std::vector<json> out;
@@ -81,7 +76,7 @@ Result<std::vector<json>> task_groups_of(const json& job) {
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const json& group = groups[i];
     const std::string where = "spec.taskGroups[" + std::to_string(i) + "]";
-    const std::string group_name = text_at(group, {"name"});
+    const std::string group_name = crd::string_at(group, {"name"});
     if (group_name.empty()) return Error{where + ".name", "is required"};
     const std::string name = object_name({job_name, group_name});
     if (!names.insert(name).second) return Error{where + ".name", "'" + group_name + "' names two task groups"};
@@ -105,8 +100,8 @@ Result<std::vector<json>> task_groups_of(const json& job) {
 }
 
 Result<std::vector<json>> tasks_of(const json& task_group) {
-  const std::string group_object = text_at(task_group, {"metadata", "name"});
-  const std::string ns = text_at(task_group, {"metadata", "namespace"});
+  const std::string group_object = crd::string_at(task_group, {"metadata", "name"});
+  const std::string ns = crd::string_at(task_group, {"metadata", "namespace"});
   const json& spec = crd::value_at(task_group, {"spec"});
   const json& count = crd::value_at(spec, {"count"});
   if (!count.is_number_integer() || count.get<long long>() < 0 || count.get<long long>() > 10000) {
@@ -117,16 +112,16 @@ Result<std::vector<json>> tasks_of(const json& task_group) {
   std::vector<json> out;
   std::set<std::string> task_names;
   for (std::size_t t = 0; t < templates.size(); ++t) {
-    const std::string task_name = text_at(templates[t], {"name"});
+    const std::string task_name = crd::string_at(templates[t], {"name"});
     if (task_name.empty()) return Error{"spec.tasks[" + std::to_string(t) + "].name", "is required"};
     if (!task_names.insert(task_name).second) {
       return Error{"spec.tasks[" + std::to_string(t) + "].name", "'" + task_name + "' names two tasks"};
     }
   }
-  const std::string job_name = text_at(spec, {"jobName"});
+  const std::string job_name = crd::string_at(spec, {"jobName"});
   for (long long replica = 0; replica < count.get<long long>(); ++replica) {
     for (const json& task : templates) {
-      const std::string task_name = text_at(task, {"name"});
+      const std::string task_name = crd::string_at(task, {"name"});
       json task_spec = task;
       task_spec["jobName"] = job_name;
       task_spec["taskGroupName"] = group_object;

@@ -22,16 +22,22 @@ const json& value_at(const json& object, std::initializer_list<const char*> path
   return *node;
 }
 
+std::string string_at(const json& object, std::initializer_list<const char*> path) {
+  const json& value = value_at(object, path);
+  return value.is_string() ? value.get<std::string>() : std::string();
+}
+
+std::optional<Timestamp> timestamp_at(const json& object, std::initializer_list<const char*> path) {
+  auto parsed = parse_rfc3339(string_at(object, path));
+  if (!parsed) return std::nullopt;
+  return parsed.value();
+}
+
 namespace {
 
 const json* at(const json& object, std::initializer_list<const char*> path) {
   const json& value = value_at(object, path);
   return value.is_null() ? nullptr : &value;
-}
-
-std::string string_at(const json& object, std::initializer_list<const char*> path) {
-  const json* node = at(object, path);
-  return node && node->is_string() ? node->get<std::string>() : std::string();
 }
 
 }  // namespace
@@ -73,7 +79,7 @@ TaskView read_task(const json& task) {
   view.state = parse_task_state(string_at(task, {"status", "state"}));
   if (const json* seq = at(task, {"status", "statusSeq"}); seq && seq->is_number_integer())
     view.status_seq = seq->get<std::int64_t>();
-  if (auto time = parse_rfc3339(string_at(task, {"status", "dispatchedAt"}))) view.dispatched_at = time.value();
+  view.dispatched_at = timestamp_at(task, {"status", "dispatchedAt"});
   view.deleting = !string_at(task, {"metadata", "deletionTimestamp"}).empty();
   if (const json* finalizers = at(task, {"metadata", "finalizers"}); finalizers && finalizers->is_array()) {
     for (const json& finalizer : *finalizers) {

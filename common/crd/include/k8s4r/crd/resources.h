@@ -39,6 +39,10 @@ inline constexpr std::string_view kBridgeFinalizer = "robot.k8s4r.io/bridge";
 // The value at `path` (object keys, outermost first), or a null value when
 // any step is missing or not an object. The one path walker of the daemons.
 const nlohmann::json& value_at(const nlohmann::json& object, std::initializer_list<const char*> path);
+// The string at `path`, or "" when it is missing or not a string.
+std::string string_at(const nlohmann::json& object, std::initializer_list<const char*> path);
+// The RFC 3339 time at `path`, or none when it is missing or not one.
+std::optional<Timestamp> timestamp_at(const nlohmann::json& object, std::initializer_list<const char*> path);
 
 // ---- Task ----------------------------------------------------------------------
 
