@@ -20,20 +20,25 @@ DEPLOY = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "bridge"
 BRIDGE_USER = "system:serviceaccount:default:k8s4r-bridge"
 
 
-def apply_bridge_rbac(sim):
-    """The ServiceAccount, Role and RoleBinding from deploy/bridge, as kustomize renders them (the stand-in has no
-    Deployments, so that one is left out), and a kubeconfig with a token of that ServiceAccount."""
-    rendered = subprocess.run(["kubectl", "kustomize", str(DEPLOY)], check=True, capture_output=True, text=True).stdout
+def apply_rbac(sim, directory, account):
+    """The ServiceAccount, Role and RoleBinding of a deploy/ directory, as kustomize renders them (the stand-in has
+    no Deployments, so that one is left out), and a kubeconfig with a token of that ServiceAccount."""
+    rendered = subprocess.run(["kubectl", "kustomize", str(directory)], check=True, capture_output=True,
+                              text=True).stdout
     documents = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] != "Deployment"]
     assert {d["kind"] for d in documents} == {"ServiceAccount", "Role", "RoleBinding"}
     sim.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}))
-    token = sim.kubectl("create", "token", "k8s4r-bridge").stdout.strip()
+    token = sim.kubectl("create", "token", account).stdout.strip()
     config = yaml.safe_load(sim.kubeconfig.read_text())
     for user in config["users"]:
         user["user"] = {"token": token}
-    path = sim.workdir / "bridge.kubeconfig"
+    path = sim.workdir / f"{account}.kubeconfig"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def apply_bridge_rbac(sim):
+    return apply_rbac(sim, DEPLOY, "k8s4r-bridge")
 
 
 @pytest.fixture
@@ -46,25 +51,9 @@ def sim(kube_sim, tls_files):
     return started
 
 
-class BridgeProcess:
-    def __init__(self, workdir, broker, sim, extra=(), log_level="debug"):
-        self.workdir = pathlib.Path(workdir)
-        self.log_level = log_level
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.broker, self.sim, self.extra = broker, sim, list(extra)
-        self.port = free_port()
-        self.log_path = self.workdir / "bridge.log"
-        self.process = None
-
-    def start(self):
-        kubeconfig = getattr(self.sim, "bridge_kubeconfig", self.sim.kubeconfig)
-        command = [binary("k8s4r-bridge"), "--broker-url", self.broker.url, "--kubeconfig", str(kubeconfig),
-                   "--metrics-bind-address", f"127.0.0.1:{self.port}", "--log-level", self.log_level, *self.extra]
-        self.log = open(self.log_path, "a")
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
-                                        env={"PATH": "/usr/bin:/bin"})
-        wait_until(lambda: self.ready(), 20, "the bridge to be ready")
-        return self
+class DaemonProcess:
+    """A daemon of ours under test: its /metrics, /healthz and /readyz, its log, and ways to stop it."""
+    name = "daemon"
 
     def http(self, path):
         try:
@@ -74,7 +63,7 @@ class BridgeProcess:
             return error.code, error.read().decode()
         except OSError:
             if self.process.poll() is not None:
-                raise AssertionError("the bridge exited: " + self.log_text())
+                raise AssertionError(f"the {self.name} exited: " + self.log_text()[-3000:])
             return None, ""
 
     def ready(self):
@@ -95,7 +84,8 @@ class BridgeProcess:
         wanted = [f'{k}="{v}"' for k, v in labels.items()]
         total = 0.0
         for line in text.splitlines():
-            if line.startswith(name + "{") and all(w in line.split("}")[0] for w in wanted):
+            if (line.startswith(name + "{") or line.startswith(name + " ")) and \
+                    all(w in line.split("}")[0] for w in wanted):
                 total += float(line.split()[-1])
         return total
 
@@ -113,6 +103,29 @@ class BridgeProcess:
             self.log.close()
             return code
         return self.process.returncode if self.process else None
+
+
+class BridgeProcess(DaemonProcess):
+    name = "bridge"
+
+    def __init__(self, workdir, broker, sim, extra=(), log_level="debug"):
+        self.workdir = pathlib.Path(workdir)
+        self.log_level = log_level
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.broker, self.sim, self.extra = broker, sim, list(extra)
+        self.port = free_port()
+        self.log_path = self.workdir / "bridge.log"
+        self.process = None
+
+    def start(self):
+        kubeconfig = getattr(self.sim, "bridge_kubeconfig", self.sim.kubeconfig)
+        command = [binary("k8s4r-bridge"), "--broker-url", self.broker.url, "--kubeconfig", str(kubeconfig),
+                   "--metrics-bind-address", f"127.0.0.1:{self.port}", "--log-level", self.log_level, *self.extra]
+        self.log = open(self.log_path, "a")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
+                                        env={"PATH": "/usr/bin:/bin"})
+        wait_until(lambda: self.ready(), 20, "the bridge to be ready")
+        return self
 
 
 @pytest.fixture

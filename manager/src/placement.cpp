@@ -186,7 +186,11 @@ Result<std::vector<Constraint>> read_constraints(const json& constraints) {
       if (value.is_string()) return value.get<std::string>();
       return std::nullopt;
     };
-    const auto ltarget = text("ltarget"), operand = text("operand"), rtarget = text("rtarget");
+    // A Task's constraints spell ltarget and rtarget; a TaskGroup's (Go
+    // K8s4r's Constraint type) lTarget and rTarget.
+    const auto ltarget = item.contains("lTarget") ? text("lTarget") : text("ltarget");
+    const auto rtarget = item.contains("rTarget") ? text("rTarget") : text("rtarget");
+    const auto operand = text("operand");
     if (!ltarget || !operand || !rtarget) return Error{where, "needs ltarget, operand and rtarget, as strings"};
     auto made = Constraint::make(*ltarget, *operand, *rtarget);
     if (!made) return made.error().within(where);
@@ -312,6 +316,19 @@ Result<std::int64_t> quantity_milli(const json& value) {
 
 }  // namespace
 
+Result<Resources> task_resources(const json& task_spec) {
+  Resources resources;
+  for (const auto& [key, amount] :
+       {std::pair{"cpu", &resources.cpu_milli}, std::pair{"memory", &resources.memory_bytes}}) {
+    const json& value = crd::value_at(task_spec, {"resources", key});
+    if (value.is_null()) continue;
+    auto milli = quantity_milli(value);
+    if (!milli) return milli.error().within(std::string("resources.") + key);
+    *amount = std::string_view(key) == "cpu" ? milli.value() : crd::whole_units(milli.value());
+  }
+  return resources;
+}
+
 Result<TaskNeeds> replica_needs(const json& job, const json& task_group) {
   TaskNeeds needs;
   const json& selector = crd::value_at(job, {"spec", "robotSelector"});
@@ -331,15 +348,14 @@ Result<TaskNeeds> replica_needs(const json& job, const json& task_group) {
     auto constraints = read_constraints(crd::value_at(tasks[i], {"constraints"}));
     if (!constraints) return constraints.error().within(where);
     for (Constraint& constraint : constraints.value()) needs.constraints.push_back(std::move(constraint));
-    for (const auto& [key, total] : {std::pair{"cpu", &needs.cpu_milli}, std::pair{"memory", &needs.memory_bytes}}) {
-      const json& value = crd::value_at(tasks[i], {"resources", key});
-      if (value.is_null()) continue;
-      auto milli = quantity_milli(value);
-      if (!milli) return milli.error().within(where + ".resources." + key);
-      const std::int64_t amount = std::string_view(key) == "cpu" ? milli.value() : crd::whole_units(milli.value());
-      if (amount > INT64_MAX - *total) return Error{where + ".resources." + key, "the tasks together need too much"};
-      *total += amount;
+    auto resources = task_resources(tasks[i]);
+    if (!resources) return resources.error().within(where);
+    if (resources.value().cpu_milli > INT64_MAX - needs.cpu_milli ||
+        resources.value().memory_bytes > INT64_MAX - needs.memory_bytes) {
+      return Error{where + ".resources", "the tasks together need too much"};
     }
+    needs.cpu_milli += resources.value().cpu_milli;
+    needs.memory_bytes += resources.value().memory_bytes;
   }
   return needs;
 }

@@ -48,7 +48,8 @@ RobotVerdict judge_robot(const json& robot, const std::optional<std::string>& se
     }
   }
   const auto heartbeat = crd::timestamp_at(robot, {"status", "lastHeartbeatTime"});
-  if (!heartbeat) return {crd::RobotPhase::offline, "approved; no heartbeat yet", std::nullopt};
+  // Registered, not yet heard from: nothing to place on it, nothing lost.
+  if (!heartbeat) return {crd::RobotPhase::pending, "approved; waiting for its first heartbeat", std::nullopt};
   const nanoseconds age = now - *heartbeat;
   if (age >= policy.offline_after) {
     return {crd::RobotPhase::offline,

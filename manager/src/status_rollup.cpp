@@ -116,6 +116,14 @@ json task_group_status(const json& task_group, const std::vector<json>& tasks) {
   return status;
 }
 
+bool status_differs(const json& object, const json& status) {
+  const json& current = crd::value_at(object, {"status"});
+  for (const auto& [field, value] : status.items()) {
+    if (!current.is_object() || !current.contains(field) || current[field] != value) return true;
+  }
+  return false;
+}
+
 json job_status(const json& job, const std::vector<json>& task_groups) {
   Counts counts;
   json summary = json::object();

@@ -2,6 +2,7 @@
 
 #include "k8s4r/common/hashing.h"
 #include "k8s4r/crd/resources.h"
+#include "k8s4r/manager/status_rollup.h"
 
 #include <cctype>
 #include <cstdio>
@@ -99,17 +100,15 @@ Result<std::vector<json>> task_groups_of(const json& job) {
   return out;
 }
 
-Result<std::vector<json>> tasks_of(const json& task_group) {
+Replica Replica::numbered(long long index) { return {std::to_string(index), "r" + std::to_string(index)}; }
+Replica Replica::on_robot(const std::string& robot) { return {label_value(robot), robot}; }
+
+Result<std::vector<json>> replica_tasks(const json& task_group, const Replica& replica, int attempt) {
   const std::string group_object = crd::string_at(task_group, {"metadata", "name"});
   const std::string ns = crd::string_at(task_group, {"metadata", "namespace"});
   const json& spec = crd::value_at(task_group, {"spec"});
-  const json& count = crd::value_at(spec, {"count"});
-  if (!count.is_number_integer() || count.get<long long>() < 0 || count.get<long long>() > 10000) {
-    return Error{"spec.count", "must be a whole number from 0 to 10000"};
-  }
   const json& templates = crd::value_at(spec, {"tasks"});
   if (!templates.is_array()) return Error{"spec.tasks", "must be a list"};
-  std::vector<json> out;
   std::set<std::string> task_names;
   for (std::size_t t = 0; t < templates.size(); ++t) {
     const std::string task_name = crd::string_at(templates[t], {"name"});
@@ -119,34 +118,62 @@ Result<std::vector<json>> tasks_of(const json& task_group) {
     }
   }
   const std::string job_name = crd::string_at(spec, {"jobName"});
-  for (long long replica = 0; replica < count.get<long long>(); ++replica) {
-    for (const json& task : templates) {
-      const std::string task_name = crd::string_at(task, {"name"});
-      json task_spec = task;
-      task_spec["jobName"] = job_name;
-      task_spec["taskGroupName"] = group_object;
-      if (!task_spec.contains("restartPolicy") && spec.contains("restartPolicy")) {
-        task_spec["restartPolicy"] = spec["restartPolicy"];
-      }
-      json constraints =
-          task.contains("constraints") && task["constraints"].is_array() ? task["constraints"] : json::array();
-      if (const json& group = crd::value_at(spec, {"constraints"}); group.is_array()) {
-        constraints.insert(constraints.end(), group.begin(), group.end());
-      }
-      if (!constraints.empty()) task_spec["constraints"] = constraints;
-      out.push_back({{"apiVersion", std::string(crd::kApiVersion)},
-                     {"kind", "Task"},
-                     {"metadata",
-                      {{"name", object_name({group_object, "r" + std::to_string(replica), task_name})},
-                       {"namespace", ns},
-                       {"labels",
-                        {{"job", label_value(job_name)},
-                         {"taskgroup", label_value(group_object)},
-                         {"replica", std::to_string(replica)},
-                         {"task", label_value(task_name)}}},
-                       {"ownerReferences", json::array({owner_reference(task_group, "TaskGroup")})}}},
-                     {"spec", task_spec}});
+  std::vector<json> out;
+  for (const json& task : templates) {
+    const std::string task_name = crd::string_at(task, {"name"});
+    json task_spec = task;
+    task_spec["jobName"] = job_name;
+    task_spec["taskGroupName"] = group_object;
+    if (!task_spec.contains("restartPolicy") && spec.contains("restartPolicy")) {
+      task_spec["restartPolicy"] = spec["restartPolicy"];
     }
+    json constraints =
+        task.contains("constraints") && task["constraints"].is_array() ? task["constraints"] : json::array();
+    if (const json& group = crd::value_at(spec, {"constraints"}); group.is_array()) {
+      // A group's constraints spell lTarget and rTarget (Go K8s4r's
+      // TaskGroup type); a Task's, ltarget and rtarget.
+      for (const json& constraint : group) {
+        json item = json::object();
+        for (const auto& [field, value] : constraint.items())
+          item[field == "lTarget" ? "ltarget" : field == "rTarget" ? "rtarget" : field] = value;
+        constraints.push_back(std::move(item));
+      }
+    }
+    if (!constraints.empty()) task_spec["constraints"] = constraints;
+    std::vector<std::string> name_parts{group_object, replica.name_part, task_name};
+    json labels = {{"job", label_value(job_name)},
+                   {"taskgroup", label_value(group_object)},
+                   {"replica", replica.label},
+                   {"task", label_value(task_name)}};
+    if (attempt > 0) {
+      name_parts.push_back("a" + std::to_string(attempt));
+      labels[kAttemptLabel] = std::to_string(attempt);
+    }
+    out.push_back({{"apiVersion", std::string(crd::kApiVersion)},
+                   {"kind", "Task"},
+                   {"metadata",
+                    {{"name", object_name(name_parts)},
+                     {"namespace", ns},
+                     {"labels", labels},
+                     {"ownerReferences", json::array({owner_reference(task_group, "TaskGroup")})}}},
+                   {"spec", task_spec}});
+  }
+  return out;
+}
+
+Result<std::vector<json>> tasks_of(const json& task_group) {
+  const json& count = crd::value_at(task_group, {"spec", "count"});
+  if (!count.is_number_integer() || count.get<long long>() < 0 || count.get<long long>() > 10000) {
+    return Error{"spec.count", "must be a whole number from 0 to 10000"};
+  }
+  std::vector<json> out;
+  for (long long replica = 0; replica < count.get<long long>(); ++replica) {
+    auto tasks = replica_tasks(task_group, Replica::numbered(replica));
+    if (!tasks) return tasks.error();
+    for (json& task : tasks.value()) out.push_back(std::move(task));
+  }
+  if (count.get<long long>() == 0) {
+    if (auto checked = replica_tasks(task_group, Replica::numbered(0)); !checked) return checked.error();
   }
   return out;
 }

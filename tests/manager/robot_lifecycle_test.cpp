@@ -66,7 +66,10 @@ TEST(RobotLifecycle, AnOldHeartbeatMakesARobotOfflineAndANewOneOnlineAgain) {
   EXPECT_NE(verdict.message.find("no heartbeat since 2026-11-26T11:58:29Z"), std::string::npos) << verdict.message;
   EXPECT_FALSE(verdict.recheck_after);  // only a heartbeat changes it
   EXPECT_EQ(judge_robot(robot("Offline", 1s), std::nullopt, kOpen, kNow).phase, crd::RobotPhase::online);
-  EXPECT_EQ(judge_robot(robot("Online", std::nullopt), std::nullopt, kOpen, kNow).phase, crd::RobotPhase::offline);
+  // Registered and not yet heard from: Pending (no Offline Event on every registration), nothing placed on it.
+  const RobotVerdict unheard = judge_robot(robot("Pending", std::nullopt), std::nullopt, kOpen, kNow);
+  EXPECT_EQ(unheard.phase, crd::RobotPhase::pending);
+  EXPECT_EQ(unheard.message, "approved; waiting for its first heartbeat");
 }
 
 TEST(RobotLifecycle, ADisconnectedRobotIsOfflineOnceItsGraceIsOver) {

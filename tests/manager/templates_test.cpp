@@ -2,6 +2,7 @@
 // the Job alone (a restarted manager creates nothing twice), the Go K8s4r
 // manager's labels, and owner references for the garbage collector.
 #include "k8s4r/manager/templates.h"
+#include "k8s4r/manager/status_rollup.h"
 
 #include <gtest/gtest.h>
 
@@ -21,7 +22,7 @@ json example_job() {
     "spec": {"name": "hello-batch", "type": "batch", "robotSelector": {"zone": "lab-a"},
              "taskGroups": [{"name": "greeters", "count": 2,
                              "restartPolicy": {"attempts": 1, "interval": "1m", "delay": "5s", "mode": "fail"},
-                             "constraints": [{"ltarget": "${attr.arch}", "operand": "=", "rtarget": "arm64"}],
+                             "constraints": [{"lTarget": "${attr.arch}", "operand": "=", "rTarget": "arm64"}],
                              "initTasks": [{"name": "prepare", "driver": "exec", "config": {"execConfig": {"command": "/bin/true"}}}],
                              "tasks": [{"name": "greet", "driver": "exec", "timeout": "30s",
                                         "config": {"execConfig": {"command": "/bin/sh", "args": ["-c", "echo hi"]}},
@@ -79,10 +80,11 @@ TEST(Templates, ATaskGroupGetsCountReplicasOfEachTask) {
   EXPECT_EQ(greet["spec"]["jobName"], "hello-batch");
   EXPECT_EQ(greet["spec"]["taskGroupName"], "hello-batch-greeters");
   EXPECT_EQ(greet["spec"]["timeout"], "30s");
-  EXPECT_EQ(greet["spec"]["restartPolicy"]["attempts"], 1);             // the group's
-  EXPECT_EQ(tasks.value()[1]["spec"]["restartPolicy"]["attempts"], 0);  // its own
-  ASSERT_EQ(greet["spec"]["constraints"].size(), 2u);                   // its own, then the group's
-  EXPECT_EQ(greet["spec"]["constraints"][1]["ltarget"], "${attr.arch}");
+  EXPECT_EQ(greet["spec"]["restartPolicy"]["attempts"], 1);               // the group's
+  EXPECT_EQ(tasks.value()[1]["spec"]["restartPolicy"]["attempts"], 0);    // its own
+  ASSERT_EQ(greet["spec"]["constraints"].size(), 2u);                     // its own, then the group's
+  EXPECT_EQ(greet["spec"]["constraints"][1]["ltarget"], "${attr.arch}");  // as a Task spells it
+  EXPECT_EQ(greet["spec"]["constraints"][1]["rtarget"], "arm64");
   EXPECT_FALSE(greet["spec"].contains("targetRobot"));  // the scheduler's to set
 }
 
@@ -124,6 +126,22 @@ TEST(Templates, WhatCannotBeMadeIsAnErrorOnTheJob) {
   group["spec"]["count"] = 1;
   group["spec"]["tasks"][1]["name"] = "greet";
   EXPECT_EQ(tasks_of(group).error().field, "spec.tasks[1].name");
+}
+
+TEST(Templates, AReplacementIsTheSameTaskUnderANewNameAndAttempt) {
+  const json group = task_groups_of(example_job()).value()[0];
+  const json first = replica_tasks(group, Replica::numbered(1)).value()[0];
+  const json second = replica_tasks(group, Replica::numbered(1), 2).value()[0];
+  EXPECT_EQ(first["metadata"]["name"], "hello-batch-greeters-r1-greet");
+  EXPECT_FALSE(first["metadata"]["labels"].contains(kAttemptLabel));
+  EXPECT_EQ(second["metadata"]["name"], "hello-batch-greeters-r1-greet-a2");
+  EXPECT_EQ(second["metadata"]["labels"][kAttemptLabel], "2");
+  EXPECT_EQ(second["metadata"]["labels"]["replica"], "1");
+  EXPECT_EQ(second["spec"], first["spec"]);
+  // A system job's replica is its robot's.
+  const json on_robot = replica_tasks(group, Replica::on_robot("robot-7")).value()[0];
+  EXPECT_EQ(on_robot["metadata"]["name"], "hello-batch-greeters-robot-7-greet");
+  EXPECT_EQ(on_robot["metadata"]["labels"]["replica"], "robot-7");
 }
 
 }  // namespace

@@ -86,6 +86,13 @@ struct Placement {
 
 Placement place(const TaskNeeds& needs, const std::vector<RobotFacts>& robots);
 
+// What one task asks for: spec.resources cpu (milli-cores) and memory
+// (bytes), 0 when not set. An Error names the field that cannot be read.
+struct Resources {
+  std::int64_t cpu_milli = 0, memory_bytes = 0;
+};
+Result<Resources> task_resources(const nlohmann::json& task_spec);
+
 // What one replica of a TaskGroup needs, its tasks placed together on one
 // robot as Nomad places an allocation (and Go K8s4r assigned a robot per
 // replica): the Job's robotSelector, the group's constraints and every

@@ -36,4 +36,8 @@ nlohmann::json task_group_status(const nlohmann::json& task_group, const std::ve
 // The status of `job` given its TaskGroups (with their statuses).
 nlohmann::json job_status(const nlohmann::json& job, const std::vector<nlohmann::json>& task_groups);
 
+// Whether writing `status` (a status rollup) would change `object`: some
+// field of it is missing or different in object.status.
+bool status_differs(const nlohmann::json& object, const nlohmann::json& status);
+
 }  // namespace k8s4r::manager

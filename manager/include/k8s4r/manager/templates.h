@@ -37,9 +37,24 @@ std::string label_value(const std::string& text);
 // makes them impossible (a group without a name, two with the same name).
 Result<std::vector<nlohmann::json>> task_groups_of(const nlohmann::json& job);
 
-// The Tasks a TaskGroup asks for, replica by replica: every field of the
-// task template, the group's restartPolicy where the task has none, the
-// group's constraints after the task's, jobName and taskGroupName.
+// One replica of a TaskGroup: its label value and the part of its Tasks'
+// names. A counted replica is numbered ("3", "r3"); a system job's replica
+// is a robot's (its name, in both).
+struct Replica {
+  std::string label, name_part;
+  static Replica numbered(long long index);
+  static Replica on_robot(const std::string& robot);
+};
+
+// The Tasks of one replica: every field of the task template, the group's
+// restartPolicy where the task has none, the group's constraints after the
+// task's, jobName and taskGroupName. Attempt n > 0 is the slot's n-th
+// replacement: "-a<n>" added to the name and the attempt label
+// (status_rollup's kAttemptLabel) set.
+Result<std::vector<nlohmann::json>> replica_tasks(const nlohmann::json& task_group, const Replica& replica,
+                                                  int attempt = 0);
+
+// The Tasks a TaskGroup asks for, replica by replica (spec.count of them).
 Result<std::vector<nlohmann::json>> tasks_of(const nlohmann::json& task_group);
 
 }  // namespace k8s4r::manager

@@ -1,0 +1,85 @@
+// Leader election on a coordination.k8s.io/v1 Lease, with client-go's
+// semantics (tools/leaderelection), so two copies of a daemon can run and
+// only one acts:
+//
+// - A candidate tries to take the Lease every retry_period (jittered by up to
+//   a fifth). It may take it when the Lease does not exist, has no holder, or
+//   its record (holder, renewTime, ...) has not changed for lease_duration as
+//   measured on this machine's monotonic clock since the candidate first saw
+//   that record. Clocks of different machines are never compared.
+// - Every write is an update conditional on the resourceVersion read, so two
+//   candidates cannot both take the Lease: one gets 409 Conflict.
+// - The leader renews every retry_period; when it has not renewed for
+//   renew_deadline, it stops leading (on_stopped_leading) and never leads
+//   again in this process: like controller-runtime, the daemon exits and its
+//   supervisor starts it afresh, with empty caches and no half-done work.
+// - stop() then release() (on a clean shutdown) gives the Lease up at once (holder
+//   emptied, leaseDurationSeconds 1), so a follower takes over within a
+//   retry_period instead of a lease_duration.
+//
+// Threading: start() runs the elector on its own thread; the callbacks run
+// on it. Every method may be called from any thread.
+#pragma once
+
+#include "k8s4r/kube/client.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace k8s4r::kube {
+
+inline const Resource kLeases{"coordination.k8s.io", "v1", "leases", true};
+
+struct LeaderElectionConfig {
+  std::string namespace_, name, identity;
+  std::chrono::nanoseconds lease_duration = std::chrono::seconds(15);
+  std::chrono::nanoseconds renew_deadline = std::chrono::seconds(10);
+  std::chrono::nanoseconds retry_period = std::chrono::seconds(2);
+  std::function<void()> on_started_leading;
+  std::function<void()> on_stopped_leading;
+  // Each time another identity is seen holding the Lease (and at first sight).
+  std::function<void(const std::string& holder)> on_new_leader;
+};
+
+class LeaderElector {
+ public:
+  LeaderElector(Client& client, LeaderElectionConfig config);
+  ~LeaderElector();
+  LeaderElector(const LeaderElector&) = delete;
+  LeaderElector& operator=(const LeaderElector&) = delete;
+
+  void start();
+  // Stops campaigning and renewing; the Lease stays as it is (a leader
+  // stops its own work before it lets another start).
+  void stop();
+  // stop(), then, when leading, gives the Lease up.
+  void release();
+  bool leading() const { return leading_; }
+  // Leases this elector took (0 or 1) and renewals that failed: for metrics.
+  std::uint64_t failed_renewals() const { return failed_renewals_; }
+
+ private:
+  enum class Attempt { acquired, held_by_other, failed };
+  void run();
+  Attempt try_acquire_or_renew();
+  bool wait(std::chrono::nanoseconds delay);  // false once stopping
+
+  Client& client_;
+  LeaderElectionConfig config_;
+  std::atomic<bool> leading_{false}, stopping_{false};
+  std::atomic<std::uint64_t> failed_renewals_{0};
+  // What this candidate last saw of the Lease, and when (monotonic).
+  std::string observed_record_, observed_version_, observed_holder_;
+  std::chrono::steady_clock::time_point observed_at_{};
+  std::chrono::steady_clock::time_point last_renewed_{};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::thread thread_;
+};
+
+}  // namespace k8s4r::kube

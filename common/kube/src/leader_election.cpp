@@ -1,0 +1,184 @@
+#include "k8s4r/kube/leader_election.h"
+
+#include "k8s4r/common/rfc3339.h"
+
+#include <spdlog/spdlog.h>
+
+#include <random>
+
+namespace k8s4r::kube {
+
+using nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+std::string micro_time_now() {
+  return format_rfc3339(std::chrono::time_point_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now()),
+                        TimePrecision::microseconds);
+}
+
+long long whole_seconds(std::chrono::nanoseconds duration) {
+  return std::max<long long>(1, std::chrono::duration_cast<std::chrono::seconds>(duration).count());
+}
+
+std::string text_of(const json& spec, const char* key) {
+  return spec.is_object() && spec.contains(key) && spec[key].is_string() ? spec[key].get<std::string>() : "";
+}
+
+}  // namespace
+
+LeaderElector::LeaderElector(Client& client, LeaderElectionConfig config)
+    : client_(client), config_(std::move(config)) {}
+
+LeaderElector::~LeaderElector() { stop(); }
+
+void LeaderElector::start() {
+  spdlog::info("leader election: campaigning for Lease {}/{} as {}", config_.namespace_, config_.name,
+               config_.identity);
+  thread_ = std::thread([this] { run(); });
+}
+
+bool LeaderElector::wait(std::chrono::nanoseconds delay) {
+  std::unique_lock lock(mutex_);
+  wake_.wait_for(lock, delay, [this] { return stopping_.load(); });
+  return !stopping_;
+}
+
+void LeaderElector::run() {
+  static thread_local std::mt19937_64 random{std::random_device{}()};
+  const auto jittered = [this] {
+    // client-go's wait.JitterUntil with factor 1.2: up to a fifth longer.
+    const double factor = std::uniform_real_distribution<double>(1.0, 1.2)(random);
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(config_.retry_period * factor);
+  };
+  // Follow until the Lease is ours.
+  while (!stopping_) {
+    if (try_acquire_or_renew() == Attempt::acquired) break;
+    if (!wait(jittered())) return;
+  }
+  if (stopping_) return;
+  leading_ = true;
+  last_renewed_ = SteadyClock::now();
+  spdlog::info("leader election: {} is the leader", config_.identity);
+  if (config_.on_started_leading) config_.on_started_leading();
+  // Lead until a renewal cannot be made within the renew deadline.
+  while (!stopping_) {
+    if (!wait(config_.retry_period)) return;
+    if (try_acquire_or_renew() == Attempt::acquired) {
+      last_renewed_ = SteadyClock::now();
+      continue;
+    }
+    ++failed_renewals_;
+    if (SteadyClock::now() - last_renewed_ >= config_.renew_deadline) {
+      leading_ = false;
+      spdlog::error("leader election: could not renew Lease {}/{} within {} s; no longer the leader",
+                    config_.namespace_, config_.name,
+                    std::chrono::duration_cast<std::chrono::seconds>(config_.renew_deadline).count());
+      if (config_.on_stopped_leading) config_.on_stopped_leading();
+      return;
+    }
+  }
+}
+
+LeaderElector::Attempt LeaderElector::try_acquire_or_renew() {
+  const std::string now = micro_time_now();
+  json spec = {{"holderIdentity", config_.identity},
+               {"leaseDurationSeconds", whole_seconds(config_.lease_duration)},
+               {"acquireTime", now},
+               {"renewTime", now},
+               {"leaseTransitions", 0}};
+  auto current = client_.get(kLeases, config_.namespace_, config_.name);
+  if (!current) {
+    if (!current.error().not_found()) {
+      spdlog::warn("leader election: reading Lease {}/{}: {}", config_.namespace_, config_.name,
+                   current.error().to_string());
+      return Attempt::failed;
+    }
+    json lease = {{"apiVersion", "coordination.k8s.io/v1"},
+                  {"kind", "Lease"},
+                  {"metadata", {{"name", config_.name}, {"namespace", config_.namespace_}}},
+                  {"spec", spec}};
+    auto created = client_.create(kLeases, config_.namespace_, lease);
+    if (!created) {
+      spdlog::warn("leader election: creating Lease {}/{}: {}", config_.namespace_, config_.name,
+                   created.error().to_string());
+      return Attempt::failed;
+    }
+    observed_record_ = created.value()["spec"].dump();
+    observed_at_ = SteadyClock::now();
+    observed_holder_ = config_.identity;
+    return Attempt::acquired;
+  }
+  json lease = std::move(current.value());
+  const json old_spec = lease.contains("spec") ? lease["spec"] : json::object();
+  const std::string record = old_spec.dump();
+  const std::string holder = text_of(old_spec, "holderIdentity");
+  if (record != observed_record_) {
+    observed_record_ = record;
+    observed_at_ = SteadyClock::now();
+    if (holder != observed_holder_) {
+      observed_holder_ = holder;
+      if (!holder.empty() && config_.on_new_leader) config_.on_new_leader(holder);
+    }
+  }
+  long long duration_seconds = whole_seconds(config_.lease_duration);
+  if (old_spec.contains("leaseDurationSeconds") && old_spec["leaseDurationSeconds"].is_number_integer())
+    duration_seconds = old_spec["leaseDurationSeconds"].get<long long>();
+  if (!holder.empty() && holder != config_.identity &&
+      SteadyClock::now() < observed_at_ + std::chrono::seconds(duration_seconds)) {
+    return Attempt::held_by_other;
+  }
+  long long transitions = 0;
+  if (old_spec.contains("leaseTransitions") && old_spec["leaseTransitions"].is_number_integer())
+    transitions = old_spec["leaseTransitions"].get<long long>();
+  if (holder == config_.identity) {
+    if (old_spec.contains("acquireTime")) spec["acquireTime"] = old_spec["acquireTime"];
+    spec["leaseTransitions"] = transitions;
+  } else {
+    spec["leaseTransitions"] = transitions + 1;
+  }
+  lease["spec"] = spec;  // metadata.resourceVersion as read: the update is conditional on it
+  auto updated = client_.replace(kLeases, config_.namespace_, config_.name, lease);
+  if (!updated) {
+    if (!updated.error().conflict())
+      spdlog::warn("leader election: updating Lease {}/{}: {}", config_.namespace_, config_.name,
+                   updated.error().to_string());
+    return Attempt::failed;
+  }
+  observed_record_ = updated.value()["spec"].dump();
+  observed_at_ = SteadyClock::now();
+  if (holder != config_.identity) {
+    observed_holder_ = config_.identity;
+    spdlog::info("leader election: took Lease {}/{} from {}", config_.namespace_, config_.name,
+                 holder.empty() ? "nobody" : holder);
+  }
+  return Attempt::acquired;
+}
+
+void LeaderElector::stop() {
+  stopping_ = true;
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void LeaderElector::release() {
+  stop();
+  if (!leading_.exchange(false)) return;
+  auto current = client_.get(kLeases, config_.namespace_, config_.name);
+  if (!current) return;
+  json lease = std::move(current.value());
+  if (text_of(lease["spec"], "holderIdentity") != config_.identity) return;
+  const std::string now = micro_time_now();
+  lease["spec"]["holderIdentity"] = "";
+  lease["spec"]["leaseDurationSeconds"] = 1;
+  lease["spec"]["renewTime"] = now;
+  lease["spec"]["acquireTime"] = now;
+  if (auto released = client_.replace(kLeases, config_.namespace_, config_.name, lease); released)
+    spdlog::info("leader election: released Lease {}/{}", config_.namespace_, config_.name);
+  else
+    spdlog::warn("leader election: releasing Lease {}/{}: {}", config_.namespace_, config_.name,
+                 released.error().to_string());
+}
+
+}  // namespace k8s4r::kube

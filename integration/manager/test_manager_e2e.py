@@ -1,0 +1,185 @@
+"""k8s4r-manager end to end: kubectl apply of Jobs, run by real agents through the real bridge and broker, the
+manager deciding (robot approval and liveness, placement, rescheduling), judged with kubectl."""
+import time
+
+from manager_support import (apply, bridge, get, group, items, job, job_state, manager_factory,  # noqa: F401
+                             processes_marked,
+                             robot_phase, robots, sim, tasks_of_job, wait_job, wait_until, zone_is)
+
+
+def test_a_job_of_two_groups_runs_every_task_on_a_matching_robot(sim, robots, manager_factory):
+    manager_factory().start()
+    for name, zone in (("robot-a", "lab-a"), ("robot-b", "lab-a"), ("robot-c", "lab-b")):
+        robots(name, f"zone={zone}")
+    for name in ("robot-a", "robot-b", "robot-c"):
+        wait_until(lambda: robot_phase(sim, name) == "Online", 20, f"{name} to be Online")
+    apply(sim, job("two-groups", [
+        group("left", 3, "echo left on $K8S4R_ROBOT_ID; sleep 1", [zone_is("lab-a")]),
+        group("right", 2, "echo right; sleep 1", [zone_is("lab-b")]),
+    ]))
+    finished = wait_job(sim, "two-groups", "completed", 60)
+    status = finished["status"]
+    assert (status["totalTasks"], status["succeededTasks"], status["failedTasks"]) == (5, 5, 0), status
+    tasks = tasks_of_job(sim, "two-groups")
+    assert len(tasks) == 5
+    for task in tasks:
+        assert task["status"]["state"] == "completed", task["status"]
+        robot = task["spec"]["targetRobot"]
+        if task["metadata"]["labels"]["taskgroup"] == "two-groups-left":
+            assert robot in ("robot-a", "robot-b"), task["metadata"]["name"]
+        else:
+            assert robot == "robot-c", task["metadata"]["name"]
+    # A group is spread over its robots: neither lab-a robot got all three.
+    left = [t["spec"]["targetRobot"] for t in tasks if t["metadata"]["labels"]["taskgroup"] == "two-groups-left"]
+    assert {left.count("robot-a"), left.count("robot-b")} == {1, 2}, left
+    groups = {g["metadata"]["name"]: g["status"] for g in items(sim, "rtg")}
+    assert groups["two-groups-left"]["state"] == "completed" and groups["two-groups-left"]["succeededTasks"] == 3
+    assert groups["two-groups-right"]["state"] == "completed" and groups["two-groups-right"]["succeededTasks"] == 2
+    # kubectl tells the story.
+    described = sim.kubectl("describe", "rtask", tasks[0]["metadata"]["name"]).stdout
+    assert "Scheduled" in described and "placed on robot" in described, described
+
+
+def runs_in(directory):
+    """What the tasks of a test wrote: one line per start and end, "<event> <task name> <robot> <ns since epoch>"."""
+    lines = []
+    for path in sorted(directory.glob("*.log")):
+        lines += [line.split() for line in path.read_text().splitlines() if line.strip()]
+    return lines
+
+
+def recording(directory, seconds):
+    return (f"echo start $K8S4R_TASK_NAME $K8S4R_ROBOT_ID $(date +%s%N) >> {directory}/$K8S4R_TASK_NAME.log; "
+            f"sleep {seconds}; echo end $K8S4R_TASK_NAME $K8S4R_ROBOT_ID $(date +%s%N) >> {directory}/$K8S4R_TASK_NAME.log")
+
+
+def test_a_robot_killed_mid_run_goes_offline_and_its_task_runs_elsewhere_once(sim, robots, manager_factory, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir(mode=0o777)
+    manager = manager_factory().start()
+    agents = {name: robots(name) for name in ("robot-a", "robot-b")}
+    for name in agents:
+        wait_until(lambda: robot_phase(sim, name) == "Online", 20, f"{name} to be Online")
+    apply(sim, job("survivor", [group("g", 2, recording(runs, 6), reschedulePolicy={"delay": "1s"})]))
+    wait_until(lambda: len([r for r in runs_in(runs) if r[0] == "start"]) == 2, 30, "both tasks to start")
+    started = {r[1]: r[2] for r in runs_in(runs) if r[0] == "start"}
+    assert sorted(started.values()) == ["robot-a", "robot-b"], started  # spread: one on each
+    victim_task = next(name for name, robot in started.items() if robot == "robot-b")
+    killed_at = time.time_ns()
+    agents["robot-b"].cleanup()  # the agent and its task, as a robot losing power
+    wait_until(lambda: robot_phase(sim, "robot-b") == "Offline", 20, "robot-b to go Offline")
+    wait_until(lambda: get(sim, "rtask", victim_task)["status"].get("reason") == "Lost", 20, "the task to be lost")
+    lost = get(sim, "rtask", victim_task)
+    assert lost["status"]["state"] == "failed" and "robot-b" in lost["status"]["message"], lost["status"]
+    finished = wait_job(sim, "survivor", "completed", 60)
+    assert finished["status"]["succeededTasks"] == 2, finished["status"]
+    replacement = get(sim, "rtask", victim_task + "-a1")
+    assert replacement["spec"]["targetRobot"] == "robot-a"
+    assert replacement["status"]["state"] == "completed"
+    assert replacement["metadata"]["labels"]["robot.k8s4r.io/attempt"] == "1"
+    # Once each: the victim started on robot-b and never ended; its replacement started only after the kill.
+    events = runs_in(runs)
+    assert [(e[0], e[2]) for e in events if e[1] == victim_task] == [("start", "robot-b")], events
+    again = [e for e in events if e[1] == victim_task + "-a1"]
+    assert [(e[0], e[2]) for e in again] == [("start", "robot-a"), ("end", "robot-a")], events
+    assert int(again[0][3]) > killed_at
+    assert manager.metric_sum("k8s4r_manager_lost_tasks_total") == 1
+    assert "Rescheduled" in sim.kubectl("get", "events", "--field-selector",
+                                        f"involvedObject.name={victim_task}").stdout
+
+
+def test_a_task_that_always_fails_fails_its_job_after_its_attempts(sim, robots, manager_factory):
+    manager_factory().start()
+    robots("robot-a")
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+    apply(sim, job("doomed", [group("g", 1, "echo trying; exit 3",
+                                    restartPolicy={"attempts": 0, "mode": "fail"},
+                                    reschedulePolicy={"attempts": 2, "interval": "1h", "delay": "1s"})]))
+    failed = wait_job(sim, "doomed", "failed", 60)
+    tasks = sorted(tasks_of_job(sim, "doomed"), key=lambda t: t["metadata"]["name"])
+    assert [t["metadata"]["name"] for t in tasks] == ["doomed-g-r0-work", "doomed-g-r0-work-a1", "doomed-g-r0-work-a2"]
+    assert all(t["status"]["state"] == "failed" and t["status"].get("exitCode") == 3 for t in tasks), \
+        [t["status"] for t in tasks]
+    assert failed["status"]["failedTasks"] == 1 and failed["status"]["totalTasks"] == 1, failed["status"]
+    events = sim.kubectl("get", "events", "--field-selector", "involvedObject.name=doomed-g-r0-work-a2").stdout
+    assert "NotRescheduled" in events, events
+    assert len(tasks_of_job(sim, "doomed")) == 3
+
+
+def test_a_job_deleted_mid_run_leaves_no_task_group_or_process(sim, robots, manager_factory, tmp_path):
+    manager_factory().start()
+    agents = [robots("robot-a"), robots("robot-b")]
+    for agent in agents:
+        wait_until(lambda: robot_phase(sim, agent.robot) == "Online", 20, f"{agent.robot} to be Online")
+    apply(sim, job("doomed-by-delete", [group("g", 3, "sleep 300")]))
+    wait_until(lambda: [t.get("status", {}).get("state") for t in tasks_of_job(sim, "doomed-by-delete")]
+               == ["running"] * 3, 30, "three tasks running")
+    assert sum(len(processes_marked(a.work_dir)) for a in agents) >= 3
+    sim.kubectl("delete", "rjob", "doomed-by-delete", "--wait=false")
+    wait_until(lambda: not tasks_of_job(sim, "doomed-by-delete") and not items(sim, "rtg"), 30,
+               "every TaskGroup and Task to be gone")
+    wait_until(lambda: not any(processes_marked(a.work_dir) for a in agents), 20, "every task process to end")
+
+
+def test_a_system_job_lands_on_each_matching_robot_including_one_that_joins_later(sim, robots, manager_factory):
+    manager_factory().start()
+    robots("robot-a", "zone=lab-a")
+    robots("robot-b", "zone=lab-b")
+    for name in ("robot-a", "robot-b"):
+        wait_until(lambda: robot_phase(sim, name) == "Online", 20, f"{name} to be Online")
+    apply(sim, job("everywhere", [group("g", 1, "sleep 300")], job_type="system", robotSelector={"zone": "lab-a"}))
+
+    def placed():
+        return sorted(t["spec"].get("targetRobot", "") for t in tasks_of_job(sim, "everywhere")
+                      if t.get("status", {}).get("state") == "running")
+    wait_until(lambda: placed() == ["robot-a"], 30, "the task on robot-a alone")
+    robots("robot-c", "zone=lab-a")
+    wait_until(lambda: placed() == ["robot-a", "robot-c"], 30, "a task on robot-c, which joined later")
+    assert all(t["spec"]["targetRobot"] != "robot-b" for t in tasks_of_job(sim, "everywhere"))
+    names = sorted(t["metadata"]["name"] for t in tasks_of_job(sim, "everywhere"))
+    assert names == ["everywhere-g-robot-a-work", "everywhere-g-robot-c-work"], names
+
+
+def test_an_unapproved_robot_gets_nothing(sim, robots, manager_factory):
+    manager_factory(["--require-robot-token", "true"]).start()
+    for name, token in (("robot-a", "token-robot-a"), ("robot-c", "not-the-token")):
+        sim.kubectl("create", "secret", "generic", f"k8s4r-robot-{name}", f"--from-literal=token={token}")
+        sim.kubectl("label", "secret", f"k8s4r-robot-{name}", f"robot.k8s4r.io/robot-id={name}")
+    for name in ("robot-a", "robot-b", "robot-c"):
+        robots(name)
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be approved")
+    wait_until(lambda: robot_phase(sim, "robot-b") == "Pending", 20, "robot-b to wait for its Secret")
+    wait_until(lambda: robot_phase(sim, "robot-c") == "Rejected", 20, "robot-c to be rejected")
+    assert "k8s4r-robot-robot-b" in get(sim, "robot", "robot-b")["status"]["message"]
+    apply(sim, job("only-approved", [group("g", 3, "sleep 1")]))
+    wait_job(sim, "only-approved", "completed", 60)
+    assert {t["spec"]["targetRobot"] for t in tasks_of_job(sim, "only-approved")} == {"robot-a"}
+    # Approving robot-b later is one kubectl away.
+    sim.kubectl("create", "secret", "generic", "k8s4r-robot-robot-b", "--from-literal=token=token-robot-b")
+    sim.kubectl("label", "secret", "k8s4r-robot-robot-b", "robot.k8s4r.io/robot-id=robot-b")
+    wait_until(lambda: robot_phase(sim, "robot-b") == "Online", 20, "robot-b to be approved")
+
+
+def test_two_managers_never_both_act_and_killing_the_leader_hands_over(sim, robots, manager_factory):
+    first = manager_factory(name="manager-1").start()
+    wait_until(first.leading, 20, "manager-1 to lead")
+    second = manager_factory(name="manager-2").start()
+    robots("robot-a")
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+    apply(sim, job("first", [group("g", 2, "sleep 1")]))
+    wait_job(sim, "first", "completed", 60)
+    assert not second.leading()
+    assert second.metric_sum("k8s4r_manager_kube_requests_total") == 0  # the follower wrote nothing
+    assert second.metric_sum("k8s4r_manager_reconciles_total") == 0
+    lease = get(sim, "lease", "k8s4r-manager")
+    assert lease["spec"]["holderIdentity"] == "manager-1"
+    first.kill9()
+    killed = time.monotonic()
+    wait_until(second.leading, 20, "manager-2 to take over")
+    assert time.monotonic() - killed < 4 + 2, "the follower took longer than a lease duration and a retry"
+    assert get(sim, "lease", "k8s4r-manager")["spec"]["holderIdentity"] == "manager-2"
+    apply(sim, job("second", [group("g", 2, "sleep 1")]))
+    wait_job(sim, "second", "completed", 60)
+    # A clean stop gives the Lease up at once.
+    assert second.stop() == 0
+    assert get(sim, "lease", "k8s4r-manager")["spec"]["holderIdentity"] == ""

@@ -1,0 +1,177 @@
+// The manager daemon: the controllers that turn Jobs into Tasks on robots,
+// approve robots and notice when they go away. It talks only to Kubernetes.
+//
+// Level-triggered, as Kubernetes controllers are: informers (with indexes)
+// keep Robots, robot Secrets, Jobs, TaskGroups and Tasks cached; their
+// events put keys on one rate-limited work queue per controller; a worker
+// takes a key, reads the cache, decides with the pure functions of this
+// folder and writes the difference. Nothing is remembered that the
+// resources do not say, so a manager killed at any moment and started again
+// picks up where it was (names are functions of the Job; a create that finds
+// its name taken is done).
+//
+//   robot_controller       phase: approval by token digest, Online/Offline
+//   job_controller         a Job's TaskGroups, and its status from theirs
+//   task_group_controller  a group's slots: Tasks created, lost ones marked,
+//                          failed ones replaced per reschedulePolicy, status
+//   scheduler              a replica's unplaced Tasks onto one robot, from
+//                          the RobotLoad cache, never a scan of Tasks
+//
+// Only the leader's workers run (leader election is main's, on a Lease); a
+// follower keeps its caches warm and takes over within a lease duration.
+//
+// Threading: informer handlers run on informer threads and only enqueue;
+// each controller runs its own worker threads. Shared state (RobotLoad, the
+// expectations and waiting sets) is behind mutexes.
+#pragma once
+
+#include "k8s4r/common/rfc3339.h"
+#include "k8s4r/daemon/metrics.h"
+#include "k8s4r/kube/client.h"
+#include "k8s4r/kube/event_recorder.h"
+#include "k8s4r/kube/informer.h"
+#include "k8s4r/kube/work_queue.h"
+#include "k8s4r/manager/config.h"
+#include "k8s4r/manager/reschedule.h"
+#include "k8s4r/manager/robot_lifecycle.h"
+#include "k8s4r/manager/robot_load.h"
+#include "k8s4r/manager/templates.h"
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace k8s4r::manager {
+
+// The annotation that records when the manager placed a Task (RFC 3339):
+// the start of its dispatch timeout when the bridge has not sent it yet.
+inline constexpr const char* kScheduledAtAnnotation = "robot.k8s4r.io/scheduled-at";
+// The label every robot Secret carries, naming its robot.
+inline constexpr const char* kRobotIdLabel = "robot.k8s4r.io/robot-id";
+
+struct ManagerHooks {
+  std::function<Timestamp()> now;  // the wall clock; default system_clock
+};
+
+class Manager {
+ public:
+  Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& metrics, std::string instance,
+          ManagerHooks hooks = {});
+  ~Manager();
+  Manager(const Manager&) = delete;
+  Manager& operator=(const Manager&) = delete;
+
+  // Starts the informers; the controllers wait for lead().
+  void start();
+  // Starts the controllers' workers once the caches have synced.
+  void lead();
+  void stop();
+  // Empty when ready (caches synced); else why not. Any thread.
+  std::string not_ready_reason() const;
+
+ private:
+  // What one reconcile asks of its queue: look again after a while (time
+  // alone changes the verdict), or retry with backoff (a write failed).
+  struct Outcome {
+    std::optional<std::chrono::nanoseconds> requeue_after;
+    bool failed = false;
+    void after(std::chrono::nanoseconds delay) {
+      if (!requeue_after || delay < *requeue_after) requeue_after = delay;
+    }
+  };
+  struct Controller {
+    std::string name;
+    std::unique_ptr<kube::WorkQueue> queue;
+    std::function<Outcome(const std::string& key)> reconcile;
+    int workers = 1;
+    std::vector<std::thread> threads;
+  };
+  // One slot of a TaskGroup (a replica's task) and its Tasks, oldest attempt first.
+  struct Slot {
+    std::string replica, task;
+    std::vector<kube::ObjectPtr> attempts;
+  };
+
+  // manager.cpp: wiring, queues, workers, metrics, writes.
+  void add_handlers();
+  void run_worker(Controller& controller);
+  void enqueue_group_of_task(const nlohmann::json& task);
+  void enqueue_groups_on_robot(const std::string& robot_key);
+  void enqueue_waiting_groups();
+  Timestamp now() const;
+  // A write's result, counted by verb and code.
+  void count_write(const std::string& verb, int code);
+  template <class T>
+  kube::ApiResult<T> counted(const std::string& verb, kube::ApiResult<T> result) {
+    count_write(verb, result ? 200 : result.error().code);
+    return result;
+  }
+  void record(const nlohmann::json& object, const std::string& type, const std::string& reason,
+              const std::string& message);
+
+  // robot_controller.cpp
+  Outcome reconcile_robot(const std::string& key);
+  std::optional<std::string> secret_digest(const std::string& namespace_, const std::string& robot) const;
+
+  // job_controller.cpp
+  Outcome reconcile_job(const std::string& key);
+
+  // task_group_controller.cpp
+  Outcome reconcile_group(const std::string& key);
+  std::vector<Slot> slots_of(const nlohmann::json& task_group) const;
+  // Why the newest Task of a slot is lost (its robot gone, Offline, silent
+  // about it), or none; `recheck` is lowered to when that may change.
+  std::optional<std::string> lost_reason(const nlohmann::json& task, Timestamp now, Outcome& outcome) const;
+  bool mark_lost(const nlohmann::json& task, const std::string& why);
+
+  // scheduler.cpp
+  struct Unplaced {
+    std::string key;      // namespace/name of the Task
+    nlohmann::json task;  // to create (no uid), or the cached Task
+    bool exists = false;  // in the cache: patched, not created
+    std::int64_t cpu_milli = 0, memory_bytes = 0;
+  };
+  // Places a replica's unplaced Tasks together (beside a sibling still
+  // running, when its robot still fits) and writes them: created or patched
+  // with spec.targetRobot, then status dispatching; pending with the reason
+  // when nothing fits. False when a write failed.
+  bool place_replica(const nlohmann::json& job, const nlohmann::json& task_group, const TaskNeeds& needs,
+                     const std::string& only_robot, const std::string& sibling_robot, std::vector<Unplaced> tasks,
+                     Outcome& outcome);
+  std::vector<RobotFacts> robot_facts_for(const std::string& namespace_, const std::string& group) const;
+
+  ManagerConfig config_;
+  kube::Client& client_;
+  daemon::Metrics& metrics_;
+  std::string instance_;
+  ManagerHooks hooks_;
+  RobotPolicy robot_policy_;
+
+  std::unique_ptr<kube::Informer> robots_, secrets_, jobs_, groups_, tasks_;
+  std::unique_ptr<kube::EventRecorder> events_;
+  Controller robot_controller_, job_controller_, group_controller_;
+  RobotLoad load_;
+
+  std::mutex lifecycle_mutex_;  // lead() and stop(): workers start only before a stop
+  std::mutex schedule_mutex_;   // one placement decision at a time
+  mutable std::mutex mutex_;
+  // Tasks created by this manager that the cache has not shown yet
+  // (client-go's "expectations"): never created twice from a stale cache.
+  std::set<std::string> expected_;
+  // TaskGroups with a Task no robot fits: looked at again when a robot or
+  // a Task's end changes what fits.
+  std::set<std::string> waiting_;
+  // TaskGroups of system Jobs: looked at again when any robot changes.
+  std::set<std::string> system_groups_;
+
+  std::atomic<bool> leading_{false}, stopping_{false};
+};
+
+}  // namespace k8s4r::manager

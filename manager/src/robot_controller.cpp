@@ -1,0 +1,58 @@
+// The Robot controller: each Robot's phase and message from judge_robot
+// (approval by the digest of its Secret's token, liveness by heartbeat and
+// the Connected condition), written when it changes, with an Event; looked
+// at again when time alone would change the verdict. The groups with Tasks
+// on a robot that changed phase are enqueued by the Robot informer's
+// handler, so a robot going Offline reaches its Tasks.
+#include "k8s4r/manager/manager.h"
+
+#include "k8s4r/common/base64.h"
+#include "k8s4r/crd/resources.h"
+
+#include <spdlog/spdlog.h>
+
+namespace k8s4r::manager {
+
+using nlohmann::json;
+
+std::optional<std::string> Manager::secret_digest(const std::string& namespace_, const std::string& robot) const {
+  const kube::ObjectPtr secret = secrets_->get(namespace_, robot_secret_name(robot));
+  if (!secret) return std::nullopt;
+  // The Secret must name this robot: a Secret of the right name made for
+  // another robot (or by someone who cannot label) approves nothing.
+  if (crd::string_at(*secret, {"metadata", "labels", kRobotIdLabel}) != robot) return std::nullopt;
+  const std::string encoded = crd::string_at(*secret, {"data", "token"});
+  if (encoded.empty()) return std::nullopt;
+  const auto token = base64_decode(encoded);
+  if (!token || token->empty()) return std::nullopt;
+  return crd::token_digest(*token);
+}
+
+Manager::Outcome Manager::reconcile_robot(const std::string& key) {
+  Outcome outcome;
+  const auto slash = key.find('/');
+  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  const kube::ObjectPtr robot = robots_->get(ns, name);
+  if (!robot) return outcome;
+  const RobotVerdict verdict = judge_robot(*robot, secret_digest(ns, name), robot_policy_, now());
+  if (verdict.recheck_after) outcome.after(*verdict.recheck_after + std::chrono::milliseconds(100));
+  const json patch = robot_verdict_patch(*robot, verdict);
+  if (patch.is_null()) return outcome;
+  auto written = counted("patch_status", client_.merge_patch(crd::kRobots, ns, name, patch, true));
+  if (!written) {
+    if (written.error().not_found()) return outcome;
+    spdlog::warn("robot {}: writing phase {}: {}", key, crd::to_string(verdict.phase), written.error().to_string());
+    outcome.failed = true;
+    return outcome;
+  }
+  const auto before = crd::read_robot(*robot).phase;
+  if (before != verdict.phase) {
+    const std::string phase(crd::to_string(verdict.phase));
+    spdlog::info("robot {}: {} ({})", key, phase, verdict.message);
+    const bool bad = verdict.phase == crd::RobotPhase::offline || verdict.phase == crd::RobotPhase::rejected;
+    record(written.value(), bad ? "Warning" : "Normal", "Robot" + phase, verdict.message);
+  }
+  return outcome;
+}
+
+}  // namespace k8s4r::manager

@@ -1,0 +1,138 @@
+// The scheduler: a replica's unplaced Tasks go to one robot together, as
+// Nomad places an allocation. The robots' facts come from the Robot cache
+// and their load from RobotLoad (fed by the Task informer, and by this
+// scheduler's own placements the moment they are made), so a decision reads
+// each robot once and never scans Tasks. Decisions are made one at a time,
+// so two workers never both fill the last room on a robot.
+//
+// A placed Task gets spec.targetRobot and the scheduled-at annotation (in
+// its create, or in a patch conditional on the version judged) and then
+// status.state dispatching, which the bridge acts on. A Task nothing fits
+// stays pending with the reason, and its group waits for a robot to change.
+#include "k8s4r/manager/manager.h"
+
+#include "k8s4r/crd/resources.h"
+
+#include <spdlog/spdlog.h>
+
+namespace k8s4r::manager {
+
+using nlohmann::json;
+
+std::vector<RobotFacts> Manager::robot_facts_for(const std::string& namespace_, const std::string& group) const {
+  std::vector<RobotFacts> out;
+  for (const auto& robot : robots_->list()) {
+    if (crd::string_at(*robot, {"metadata", "namespace"}) != namespace_) continue;
+    RobotFacts facts = robot_facts(*robot);
+    load_.fill(facts, namespace_ + "/" + facts.name, group);
+    out.push_back(std::move(facts));
+  }
+  return out;
+}
+
+bool Manager::place_replica(const json& job, const json& task_group, const TaskNeeds& needs,
+                            const std::string& only_robot, const std::string& sibling_robot,
+                            std::vector<Unplaced> tasks, Outcome& outcome) {
+  const std::string ns = crd::string_at(task_group, {"metadata", "namespace"});
+  const std::string group_key = key_of(task_group);
+  TaskNeeds replica = needs;
+  replica.cpu_milli = replica.memory_bytes = 0;
+  for (const Unplaced& item : tasks) {
+    replica.cpu_milli += item.cpu_milli;
+    replica.memory_bytes += item.memory_bytes;
+  }
+  Placement placement;
+  {
+    std::lock_guard lock(schedule_mutex_);
+    const auto started = std::chrono::steady_clock::now();
+    std::vector<RobotFacts> robots = robot_facts_for(ns, group_key);
+    const std::string& preferred = only_robot.empty() ? sibling_robot : only_robot;
+    if (!preferred.empty()) {
+      std::vector<RobotFacts> one;
+      for (const RobotFacts& facts : robots)
+        if (facts.name == preferred) one.push_back(facts);
+      placement = place(replica, one);
+      if (!placement.robot && only_robot.empty()) placement = place(replica, robots);  // its sibling's robot is full
+    } else {
+      placement = place(replica, robots);
+    }
+    metrics_.observe("k8s4r_manager_scheduling_seconds", {},
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    if (placement.robot) {
+      for (const Unplaced& item : tasks)
+        load_.assume(item.key, Claim{ns + "/" + *placement.robot, group_key, item.cpu_milli, item.memory_bytes});
+    }
+  }
+  metrics_.add("k8s4r_manager_scheduling_decisions_total",
+               {{"result", placement.robot ? "scheduled" : "unschedulable"}});
+  (void)job;
+
+  for (Unplaced& item : tasks) {
+    const std::string name = crd::string_at(item.task, {"metadata", "name"});
+    const bool placed = placement.robot.has_value();
+    const json status = placed ? json{{"state", "dispatching"}, {"message", "placed on robot " + *placement.robot}}
+                               : json{{"state", "pending"}, {"message", "no robot fits: " + placement.why}};
+    json written_task;
+    if (!item.exists) {
+      json task = std::move(item.task);
+      if (placed) {
+        task["spec"]["targetRobot"] = *placement.robot;
+        task["metadata"]["annotations"][kScheduledAtAnnotation] = format_rfc3339(now(), TimePrecision::milliseconds);
+      }
+      {
+        std::lock_guard lock(mutex_);
+        expected_.insert(item.key);
+      }
+      auto created = counted("create", client_.create(crd::kTasks, ns, task));
+      if (!created) {
+        {
+          std::lock_guard lock(mutex_);
+          expected_.erase(item.key);
+        }
+        if (created.error().already_exists()) continue;  // made before; judged again from the cache
+        load_.forget(item.key);
+        spdlog::warn("task {}: creating it: {}", item.key, created.error().to_string());
+        outcome.failed = true;
+        continue;
+      }
+      written_task = std::move(created.value());
+    } else if (placed) {
+      const json patch = {
+          {"metadata",
+           {{"resourceVersion", crd::string_at(item.task, {"metadata", "resourceVersion"})},
+            {"annotations", {{kScheduledAtAnnotation, format_rfc3339(now(), TimePrecision::milliseconds)}}}}},
+          {"spec", {{"targetRobot", *placement.robot}}}};
+      auto patched = counted("patch", client_.merge_patch(crd::kTasks, ns, name, patch));
+      if (!patched) {
+        load_.forget(item.key);
+        if (patched.error().not_found()) continue;
+        if (!patched.error().conflict())
+          spdlog::warn("task {}: placing it on {}: {}", item.key, *placement.robot, patched.error().to_string());
+        outcome.failed = true;  // a conflict: judged again from the newer version
+        continue;
+      }
+      written_task = std::move(patched.value());
+    } else {
+      written_task = item.task;
+      if (crd::string_at(written_task, {"status", "state"}) == "pending" &&
+          crd::string_at(written_task, {"status", "message"}) == status["message"]) {
+        continue;  // says so already
+      }
+    }
+    auto updated = counted("patch_status", client_.merge_patch(crd::kTasks, ns, name, {{"status", status}}, true));
+    if (!updated) {
+      if (!updated.error().not_found()) outcome.failed = true;
+      continue;
+    }
+    if (placed) {
+      spdlog::info("task {} placed on robot {}", item.key, *placement.robot);
+      record(updated.value(), "Normal", "Scheduled", "placed on robot " + *placement.robot);
+    } else {
+      spdlog::info("task {} pending: no robot fits: {}", item.key, placement.why);
+      record(updated.value(), "Warning", "FailedScheduling", "no robot fits: " + placement.why);
+    }
+  }
+  return placement.robot.has_value();
+}
+
+}  // namespace k8s4r::manager
