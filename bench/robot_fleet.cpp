@@ -18,6 +18,10 @@
 //                            completed (seq 2); answers when the broker has
 //                            acknowledged every report
 //   quit
+// With --answer-dispatch every robot also subscribes to its dispatch topic
+// and reports each Task it is sent running (seq 1) at once, as an agent that
+// started it would, and failed (seq 2) when it is told to delete it (the
+// manager's benchmark, bench/manager_bench.py).
 // Count mode (--count-topic T) is the bare subscriber the bridge is measured
 // against: one client subscribed to T at --count-qos (0), printing
 // {"t":CLOCK_MONOTONIC ns,"count":N} every 100 ms.
@@ -32,6 +36,7 @@
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -75,6 +80,7 @@ struct Robot {
   int inflight = 0;
   bool registered = false;
   bool watching_write = false;
+  std::set<std::string> started;  // uids reported running (--answer-dispatch)
 };
 
 class Fleet {
@@ -245,6 +251,8 @@ class Fleet {
     }
   }
 
+  void answer_dispatches(bool on) { answer_dispatch_ = on; }
+
   void disconnect_all() {
     for (Robot& robot : robots_) {
       if (robot.client == nullptr) continue;
@@ -282,7 +290,7 @@ class Fleet {
                 {"token", "token-" + robot.id},
                 {"timestamp", rfc3339_now()},
                 {"deviceInfo", device_info(robot)},
-                {"runningTasks", json::array()}}
+                {"runningTasks", robot.started}}
         .dump();
   }
 
@@ -366,6 +374,8 @@ class Fleet {
       return;
     }
     mosquitto_subscribe(client, nullptr, ("k8s4r/robots/" + robot.id + "/response").c_str(), 1);
+    if (self->answer_dispatch_)
+      mosquitto_subscribe(client, nullptr, ("k8s4r/robots/" + robot.id + "/tasks/dispatch").c_str(), 1);
     const std::string online = json{{"robotId", robot.id}, {"online", true}, {"timestamp", rfc3339_now()}}.dump();
     try {
       self->publish(robot, presence_topic(robot), online, true);
@@ -386,6 +396,35 @@ class Fleet {
     ++self->received_;
     if (!self->subscribe_topic_.empty()) return;
     const std::string topic = message->topic;
+    if (self->answer_dispatch_ && topic.size() > 15 && topic.compare(topic.size() - 15, 15, "/tasks/dispatch") == 0) {
+      const json sent = json::parse(static_cast<const char*>(message->payload),
+                                    static_cast<const char*>(message->payload) + message->payloadlen, nullptr, false);
+      if (!sent.is_object() || !sent.contains("task") || !sent["task"].is_object()) return;
+      const std::string action = sent.value("action", "");
+      const std::string uid = sent["task"].value("metadata", json::object()).value("uid", "");
+      if (uid.empty()) return;
+      const std::string now = rfc3339_now();
+      json report{{"taskUid", uid}, {"robotId", robot.id}, {"startedAt", now}, {"updatedAt", now}, {"restartCount", 0}};
+      if (action == "create") {
+        if (!robot.started.insert(uid).second) return;  // a resend: answered already
+        report.update({{"seq", 1}, {"state", "running"}, {"event", "Started"}});
+      } else if (action == "delete") {
+        if (robot.started.erase(uid) == 0) return;
+        report.update({{"seq", 2},
+                       {"state", "failed"},
+                       {"event", "Killed"},
+                       {"message", "stopped: deleted"},
+                       {"finishedAt", now}});
+      } else {
+        return;
+      }
+      try {
+        self->publish(robot, "k8s4r/robots/" + robot.id + "/tasks/" + uid + "/status", report.dump(), false);
+      } catch (const std::exception& error) {
+        self->failure_ = error.what();
+      }
+      return;
+    }
     if (topic.size() > 9 && topic.compare(topic.size() - 9, 9, "/response") == 0 && !robot.registered) {
       const json answer = json::parse(static_cast<const char*>(message->payload),
                                       static_cast<const char*>(message->payload) + message->payloadlen, nullptr, false);
@@ -406,6 +445,7 @@ class Fleet {
   std::string stdin_buffer_;
   std::string failure_;  // set by a callback, thrown by check()
   bool stdin_closed_ = false;
+  bool answer_dispatch_ = false;
   int connected_ = 0;
   int registered_ = 0;
   long long register_messages_ = 0;
@@ -421,7 +461,7 @@ int main(int argc, char** argv) {
   CLI::App app{"A fleet of simulated robots, each with its own MQTT connection (bench/bridge_bench.py drives it)"};
   std::string broker = "127.0.0.1:1883", prefix = "sim-robot-", count_topic;
   int robots = 100, first = 0, keepalive = 60;
-  bool register_robots = false;
+  bool register_robots = false, answer_dispatch = false;
   app.add_option("--broker", broker, "HOST:PORT of the MQTT broker");
   app.add_option("--robots", robots, "how many robots")->check(CLI::Range(1, 60000));
   app.add_option("--prefix", prefix, "robot ids are PREFIX00000, PREFIX00001, ...");
@@ -430,6 +470,7 @@ int main(int argc, char** argv) {
                  "descriptors a robot)");
   app.add_option("--keepalive", keepalive, "MQTT keepalive, seconds");
   app.add_flag("--register", register_robots, "register every robot and wait for the bridge's answers");
+  app.add_flag("--answer-dispatch", answer_dispatch, "report every Task dispatched to a robot running at once");
   int count_qos = 0;
   app.add_option("--count-topic", count_topic, "be the bare subscriber of this topic instead of a fleet");
   app.add_option("--count-qos", count_qos, "the bare subscriber's QoS (0, as the bridge takes heartbeats)")
@@ -447,6 +488,7 @@ int main(int argc, char** argv) {
       fleet.connect(0, 1, "bench-subscriber-", true, count_topic, count_qos);
       fleet.count_forever();
     } else {
+      fleet.answer_dispatches(answer_dispatch);
       fleet.connect(first, robots, prefix, true, "");
       if (register_robots) fleet.register_all();
       say(fleet.summary());

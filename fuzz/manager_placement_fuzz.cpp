@@ -14,6 +14,7 @@
 #include "k8s4r/manager/placement.h"
 #include "k8s4r/manager/reschedule.h"
 #include "k8s4r/manager/robot_lifecycle.h"
+#include "k8s4r/manager/robot_load.h"
 #include "k8s4r/manager/status_rollup.h"
 #include "k8s4r/manager/templates.h"
 
@@ -81,10 +82,41 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           if (!valid_name(task["metadata"]["name"]) || !valid_labels(task["metadata"]["labels"])) __builtin_trap();
         }
       }
+      // A replacement, and a system job's replica named after a robot (any
+      // name a Robot could have: the input's own).
+      const std::string robot_name = value.is_object() ? value.value("robot", std::string("robot-1")) : "robot-1";
+      for (const auto& replica :
+           {manager::Replica::numbered(static_cast<long long>(size % 7)), manager::Replica::on_robot(robot_name)}) {
+        if (auto tasks = manager::replica_tasks(group, replica, static_cast<int>(size % 4)); tasks) {
+          for (const nlohmann::json& task : tasks.value()) {
+            if (!valid_labels(task["metadata"]["labels"])) __builtin_trap();
+            if (replica.name_part == robot_name) continue;  // a Robot's name is the API server's to check
+            if (!valid_name(task["metadata"]["name"])) __builtin_trap();
+          }
+        }
+      }
     }
   }
 
+  if (auto resources = manager::task_resources(value); resources) {
+    if (resources.value().cpu_milli < 0 || resources.value().memory_bytes < 0) __builtin_trap();
+  }
+  {
+    // The scheduler's load cache, fed the same Task twice and then its end:
+    // counted once, and nothing left.
+    manager::RobotLoad load;
+    load.observe(value);
+    load.observe(value);
+    if (load.claims() > 1) __builtin_trap();
+    nlohmann::json ended = value.is_object() ? value : nlohmann::json::object();
+    ended["status"] = {{"state", "completed"}};
+    load.observe(ended);
+    if (load.claims() != 0) __builtin_trap();
+  }
+
   const nlohmann::json group_status = manager::task_group_status(value, {value, value});
+  // A status just written is not written again.
+  if (manager::status_differs(nlohmann::json{{"status", group_status}}, group_status)) __builtin_trap();
   nlohmann::json with_status = value.is_object() ? value : nlohmann::json::object();
   with_status["status"] = group_status;
   static_cast<void>(manager::job_status(value, {with_status, value}));

@@ -63,10 +63,8 @@ if [[ -x $BIN/k8s4r-kube-sim ]]; then
   command -v kubectl >/dev/null || { log "kubectl is not installed; it is needed to talk to the API"; exit 1; }
   log "kubectl apply -f proto-schemas/crds/"
   "${KUBECTL[@]}" apply -f "$REPO_ROOT/proto-schemas/crds/"
-  log "kubectl apply -f examples/robot.yaml -f examples/job.yaml"
-  "${KUBECTL[@]}" apply -f "$REPO_ROOT/examples/robot.yaml" -f "$REPO_ROOT/examples/job.yaml"
-  log "kubectl get rb,rjob,rtg,rtask"
-  "${KUBECTL[@]}" get rb,rjob,rtg,rtask
+  log "kubectl apply -f examples/robot.yaml (a robot declared ahead of its agent, with its labels)"
+  "${KUBECTL[@]}" apply -f "$REPO_ROOT/examples/robot.yaml"
 fi
 
 # ---- the k8s4r components -----------------------------------------------------
@@ -81,35 +79,48 @@ for _ in $(seq 200); do
 done
 curl -fs "http://127.0.0.1:$BRIDGE_METRICS_PORT/readyz" >/dev/null || { log "the bridge is not ready; its log:"; cat "$WORK/bridge.log" >&2; exit 1; }
 
-"$BIN/k8s4r-agent" --broker-url "tcp://127.0.0.1:$MQTT_PORT" --robot-id robot-001 --token demo-token-robot-001 \
-  --work-dir "$WORK/agent" --heartbeat-interval 2s --labels zone=lab-a >"$WORK/agent.log" 2>&1 &
+MANAGER_METRICS_PORT=$(free_port)
+"$BIN/k8s4r-manager" --kubeconfig "$WORK/kubeconfig" --namespace default \
+  --metrics-bind-address "127.0.0.1:$MANAGER_METRICS_PORT" >"$WORK/manager.log" 2>&1 &
 PIDS+=($!)
-log "k8s4r-agent started as robot-001 (work dir $WORK/agent)"
-for _ in $(seq 100); do
-  [[ -n $("${KUBECTL[@]}" get rb robot-001 -o jsonpath='{.status.agentVersion}' 2>/dev/null) ]] && break
+log "k8s4r-manager started (metrics: curl http://127.0.0.1:$MANAGER_METRICS_PORT/metrics); every robot is approved"
+log "  (the demo's setting: --require-robot-token locks it down, docs/manager.md)"
+
+# Two robots: robot-001 takes its labels from examples/robot.yaml, robot-002 brings its own.
+for robot in robot-001 robot-002; do
+  "$BIN/k8s4r-agent" --broker-url "tcp://127.0.0.1:$MQTT_PORT" --robot-id "$robot" --token "demo-token-$robot" \
+    --work-dir "$WORK/agent-$robot" --heartbeat-interval 2s --labels env=dev,zone=lab-a >"$WORK/agent-$robot.log" 2>&1 &
+  PIDS+=($!)
+  log "k8s4r-agent started as $robot (work dir $WORK/agent-$robot)"
+done
+for _ in $(seq 200); do
+  online=$("${KUBECTL[@]}" get rb -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null | grep -c '^Online$')
+  ((online == 2)) && break
   sleep 0.1
 done
-log "robot-001 registered through the bridge: kubectl get rb -o wide"
+log "both robots registered through the bridge and approved by the manager: kubectl get rb -o wide"
 "${KUBECTL[@]}" get rb -o wide
+((online == 2)) || { log "the robots did not come Online; manager log:"; cat "$WORK/manager.log" >&2; exit 1; }
 
-if [[ ! -x $BIN/k8s4r-manager ]]; then
-  log "k8s4r-manager is not built yet (issue 11): nothing turns the Job into Tasks or places them"
-  log "so, as the manager will, a Task is placed by hand: examples/task.yaml, then status.state=dispatching"
-  "${KUBECTL[@]}" apply -f "$REPO_ROOT/examples/task.yaml"
-  "${KUBECTL[@]}" patch rtask hello --subresource=status --type=merge -p '{"status":{"state":"dispatching"}}'
-  for _ in $(seq 300); do
-    state=$("${KUBECTL[@]}" get rtask hello -o jsonpath='{.status.state}')
-    [[ $state == completed || $state == failed ]] && break
-    sleep 0.1
-  done
-  log "kubectl get rtask hello"
-  "${KUBECTL[@]}" get rtask hello
-  log "kubectl describe rtask hello (the Events tell what happened on the robot)"
-  "${KUBECTL[@]}" describe rtask hello | sed -n '/^Status:/,$p'
-  log "its output: kubectl get rtask hello -o jsonpath='{.status.logs}'"
-  "${KUBECTL[@]}" get rtask hello -o jsonpath='{.status.logs}'
-  log "MQTT traffic, as mosquitto_sub showed it:"
-  cut -c1-200 "$WORK/mqtt.log" >&2
-  [[ $state == completed ]] || { log "the task did not complete; bridge log:"; cat "$WORK/bridge.log" >&2; exit 1; }
-  exit 0
-fi
+log "kubectl apply -f examples/job.yaml"
+"${KUBECTL[@]}" apply -f "$REPO_ROOT/examples/job.yaml"
+for _ in $(seq 600); do
+  state=$("${KUBECTL[@]}" get rjob hello-batch -o jsonpath='{.status.state}' 2>/dev/null)
+  [[ $state == completed || $state == failed ]] && break
+  sleep 0.1
+done
+log "kubectl get rjob,rtg,rtask,rb"
+"${KUBECTL[@]}" get rjob,rtg,rtask,rb
+first=$("${KUBECTL[@]}" get rtask -l job=hello-batch -o jsonpath='{.items[0].metadata.name}')
+log "kubectl describe rtask $first (the Events tell what the manager decided and what happened on the robot)"
+"${KUBECTL[@]}" describe rtask "$first" | sed -n '/^Status:/,$p'
+log "its output: kubectl get rtask $first -o jsonpath='{.status.logs}'"
+"${KUBECTL[@]}" get rtask "$first" -o jsonpath='{.status.logs}'
+log "MQTT traffic, as mosquitto_sub showed it:"
+cut -c1-200 "$WORK/mqtt.log" >&2
+[[ $state == completed ]] || { log "the job did not complete ($state); manager and bridge logs:"; cat "$WORK/manager.log" "$WORK/bridge.log" >&2; exit 1; }
+log "the job completed. Where to look on a real system:"
+log "  kubectl get rjob,rtg,rtask,rb          what was asked, decided and done"
+log "  kubectl describe rtask <name>          the Events of one task"
+log "  mosquitto_sub -v -t 'k8s4r/#'          every message between robots and the bridge"
+log "  curl <manager>/metrics, <bridge>/metrics"

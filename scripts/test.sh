@@ -8,7 +8,7 @@
 #   K8S4R_SKIP_SANITIZE=1 ./scripts/test.sh   without the ASan/UBSan build
 #   K8S4R_SKIP_TSAN=1 ./scripts/test.sh       without the ThreadSanitizer build
 #   K8S4R_SKIP_FUZZ=1 ./scripts/test.sh       without the fuzzers (K8S4R_FUZZ_SECONDS: time per fuzzer, default 20)
-#   K8S4R_SKIP_BENCH=1 ./scripts/test.sh      without the bridge benchmark's short run
+#   K8S4R_SKIP_BENCH=1 ./scripts/test.sh      without the benchmarks' short runs
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$REPO_ROOT/scripts/lib/common.sh"
 cd "$REPO_ROOT"
@@ -91,12 +91,15 @@ else
   log "no black-box tests in integration/ yet"
 fi
 # The bridge's benchmark in its short mode (500 simulated robots, 50 dispatches
-# through a real agent): it fails when something does not work (a robot not
+# through a real agent), and the manager's (100 tasks on 20 simulated robots):
+# each fails when something does not work (a robot not
 # registered, a Task never completed, a GET or LIST per message); its timings
 # are printed, never asserted. The figures in docs/performance.md come from the
 # full run.
 if [[ ${K8S4R_SKIP_BENCH:-0} != 1 ]]; then
   log "bridge benchmark, short mode (bench/bridge_bench.py --short)"
   K8S4R_BIN_DIR="$REPO_ROOT/build/bin" /usr/bin/python3 bench/bridge_bench.py --short --bin "$REPO_ROOT/build/bench"
+  log "manager benchmark, short mode (bench/manager_bench.py --short)"
+  K8S4R_BIN_DIR="$REPO_ROOT/build/bin" /usr/bin/python3 bench/manager_bench.py --short --bin "$REPO_ROOT/build/bench"
 fi
 log "all tests passed"

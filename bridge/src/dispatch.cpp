@@ -6,6 +6,9 @@
 // restart comes from the resources: a dispatching Task with no dispatchedAt
 // has not been sent; one with an old dispatchedAt is due a resend.
 //
+// A Task the manager marked lost (failed, reason Lost) is stopped on its
+// robot once, in case the robot still runs it when it returns.
+//
 // Deletion: a Task being deleted that carries the finalizer is stopped on
 // its robot (action delete, resent like a create) and released once its
 // robot reports it finished, when it never started, or when its robot is
@@ -49,6 +52,20 @@ void Bridge::reconcile_task(const kube::ObjectPtr& task) {
       return release(task, "its robot " + view.target_robot + " is gone");
     }
     return stop_on_robot(task);
+  }
+
+  // The manager gave up on it (its robot went Offline, or never started
+  // it) and placed a replacement elsewhere: should the robot come back
+  // still holding it, its session delivers this stop first.
+  if (state == crd::TaskState::failed && !memory.lost_stop_sent && (view.dispatched_at || memory.dispatched) &&
+      crd::string_at(*task, {"status", "reason"}) == "Lost" && !view.target_robot.empty()) {
+    memory.lost_stop_sent = true;
+    if (auto topic = topics::dispatch(view.target_robot)) {
+      metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "delete"}});
+      spdlog::info("task {} ({}) lost on robot {}: stopping it there should it still run it", view.name, view.uid,
+                   view.target_robot);
+      publish(topic.value(), dispatch_delete_payload(*task));
+    }
   }
 
   if (state != crd::TaskState::dispatching || view.target_robot.empty()) {

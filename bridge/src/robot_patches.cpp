@@ -94,7 +94,8 @@ json register_status_patch(const Register& message, const json* robot, Timestamp
   for (const RunningTask& task : message.running_tasks) {
     if (task.state == TaskRunState::running) running.push_back(task.task_uid);
   }
-  status["runningTasks"] = running_uids(std::move(running));
+  // Absent when the agent does not list them (Go K8s4r): unknown, not none.
+  status["runningTasks"] = message.lists_running_tasks ? running_uids(std::move(running)) : json(nullptr);
   status["conditions"] = crd::set_condition(robot ? *robot : json::object(), connected_condition(true), now);
   return {{"status", status}};
 }
@@ -133,7 +134,8 @@ HeartbeatFacts facts_of_robot(const json& robot) {
 }
 
 json heartbeat_status_patch(const Heartbeat& message, const json& robot, Timestamp now) {
-  json status = {{"lastHeartbeatTime", format_rfc3339(now)}, {"runningTasks", running_uids(message.running_tasks)}};
+  json status = {{"lastHeartbeatTime", format_rfc3339(now)},
+                 {"runningTasks", message.lists_running_tasks ? running_uids(message.running_tasks) : json(nullptr)}};
   if (message.device_info) status["deviceInfo"] = to_json_value(*message.device_info);
   // Conditions are one list in a merge patch: each change goes onto the
   // list the one before made.

@@ -298,6 +298,7 @@ Result<Register> parse_register(std::string_view payload) {
     message.agent_version = r.optional_string("agentVersion").value_or("");
     message.labels = r.optional_string_map("labels");
     message.device_info = read_optional_device_info(r);
+    message.lists_running_tasks = r.object().contains("runningTasks") && !r.object()["runningTasks"].is_null();
     r.optional_object_array("runningTasks", [&](ObjectReader& t) {
       RunningTask task;
       task.task_uid = t.required_string("taskUid", check_identifier);
@@ -316,6 +317,7 @@ Result<Heartbeat> parse_heartbeat(std::string_view payload) {
     message.robot_id = r.required_string("robotId", check_identifier);
     message.token = r.optional_string("token").value_or("");
     message.timestamp = r.optional_time("timestamp");
+    message.lists_running_tasks = r.object().contains("runningTasks") && !r.object()["runningTasks"].is_null();
     message.running_tasks = r.optional_string_array("runningTasks", check_identifier);
     message.device_info = read_optional_device_info(r);
     message.storage_error = read_optional_storage_error(r);
@@ -429,14 +431,15 @@ json to_json_value(const Register& message) {
   put_string(j, "agentVersion", message.agent_version);
   if (!message.labels.empty()) j["labels"] = message.labels;
   if (message.device_info) j["deviceInfo"] = device_info_json(*message.device_info);
-  // Always present: "holds no tasks" must not read as a Go agent's silence.
+  // Always present from our agent: "holds no tasks" must not read as a Go
+  // agent's silence.
   json tasks = json::array();
   for (const RunningTask& task : message.running_tasks) {
     json t = {{"taskUid", task.task_uid}, {"state", to_string(task.state)}};
     put_optional(t, "seq", task.seq);
     tasks.push_back(std::move(t));
   }
-  j["runningTasks"] = std::move(tasks);
+  if (message.lists_running_tasks || !message.running_tasks.empty()) j["runningTasks"] = std::move(tasks);
   put_time(j, "timestamp", message.timestamp);
   return j;
 }
@@ -445,8 +448,9 @@ json to_json_value(const Heartbeat& message) {
   json j = {{"robotId", message.robot_id}};
   put_string(j, "token", message.token);
   put_time(j, "timestamp", message.timestamp);
-  // Always present, so an operator sees "no tasks" rather than a missing field.
-  j["runningTasks"] = message.running_tasks;
+  // Always present from our agent, so an operator sees "no tasks" rather than
+  // a missing field, and the manager can tell a lost task.
+  if (message.lists_running_tasks || !message.running_tasks.empty()) j["runningTasks"] = message.running_tasks;
   if (message.device_info) j["deviceInfo"] = device_info_json(*message.device_info);
   put_storage_error(j, message.storage_error);
   return j;

@@ -32,18 +32,19 @@ def sim(kube_sim, tls_files):
 
 
 class ManagerProcess(DaemonProcess):
-    def __init__(self, workdir, sim, extra=(), name="manager"):
+    def __init__(self, workdir, sim, extra=(), name="manager", log_level="debug", fast=True):
         self.workdir = pathlib.Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.sim, self.extra, self.name = sim, list(extra), name
+        self.sim, self.extra, self.name, self.log_level = sim, list(extra), name, log_level
+        self.timings = FAST if fast else []
         self.port = free_port()
         self.log_path = self.workdir / f"{name}.log"
         self.process = None
 
     def start(self, wait_ready=True):
         command = [binary("k8s4r-manager"), "--kubeconfig", str(self.sim.manager_kubeconfig), "--namespace",
-                   "default", "--metrics-bind-address", f"127.0.0.1:{self.port}", "--log-level", "debug",
-                   "--leader-election-identity", self.name, *FAST, *self.extra]
+                   "default", "--metrics-bind-address", f"127.0.0.1:{self.port}", "--log-level", self.log_level,
+                   "--leader-election-identity", self.name, *self.timings, *self.extra]
         self.log = open(self.log_path, "a")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
                                         env={"PATH": "/usr/bin:/bin"})

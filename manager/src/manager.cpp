@@ -217,27 +217,32 @@ void Manager::add_handlers() {
         if (std::string job = owner_key(*group, "Job"); !job.empty()) job_controller_.queue->add(job);
       },
       {}});
+  // Tasks: the load cache, the expectations, their group; a Task that ends
+  // or goes may make room for a waiting group.
+  const auto seen = [this](const json& task, bool gone) {
+    const std::string key = key_of(task);
+    const auto state = crd::read_task(task).state;
+    std::lock_guard lock(mutex_);
+    expected_.erase(key);
+    if (state || gone) dispatch_expected_.erase(key);
+    if ((state && crd::is_terminal(*state)) || gone) missing_since_.erase(crd::string_at(task, {"metadata", "uid"}));
+  };
   tasks_->add_handler(
-      kube::EventHandler{[this](const kube::ObjectPtr& task) {
-                           {
-                             std::lock_guard lock(mutex_);
-                             expected_.erase(key_of(*task));
-                           }
+      kube::EventHandler{[this, seen](const kube::ObjectPtr& task) {
+                           seen(*task, false);
                            load_.observe(*task);
                            enqueue_group_of_task(*task);
                          },
-                         [this](const kube::ObjectPtr& old_task, const kube::ObjectPtr& task) {
+                         [this, seen](const kube::ObjectPtr& old_task, const kube::ObjectPtr& task) {
+                           seen(*task, false);
                            load_.observe(*task);
                            enqueue_group_of_task(*task);
                            const auto before = crd::read_task(*old_task).state, after = crd::read_task(*task).state;
                            if (after && crd::is_terminal(*after) && !(before && crd::is_terminal(*before)))
                              enqueue_waiting_groups();
                          },
-                         [this](const kube::ObjectPtr& task, bool) {
-                           {
-                             std::lock_guard lock(mutex_);
-                             expected_.erase(key_of(*task));
-                           }
+                         [this, seen](const kube::ObjectPtr& task, bool) {
+                           seen(*task, true);
                            load_.forget(key_of(*task));
                            enqueue_group_of_task(*task);
                            enqueue_waiting_groups();

@@ -57,6 +57,8 @@ std::string RobotLoad::robot_of(const std::string& task_key) const {
 }
 
 void RobotLoad::fill(RobotFacts& facts, const std::string& robot_key, const std::string& group) const {
+  facts.tasks = facts.tasks_of_group = 0;
+  facts.cpu_milli_used = facts.memory_bytes_used = 0;
   std::lock_guard lock(mutex_);
   auto found = usage_.find(robot_key);
   if (found == usage_.end()) return;

@@ -15,6 +15,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <thread>
+
 namespace k8s4r::manager {
 
 using nlohmann::json;
@@ -30,9 +33,9 @@ std::vector<RobotFacts> Manager::robot_facts_for(const std::string& namespace_, 
   return out;
 }
 
-bool Manager::place_replica(const json& job, const json& task_group, const TaskNeeds& needs,
-                            const std::string& only_robot, const std::string& sibling_robot,
-                            std::vector<Unplaced> tasks, Outcome& outcome) {
+Placement Manager::plan_replica(const json& task_group, const TaskNeeds& needs, const std::string& only_robot,
+                                const std::string& sibling_robot, const std::vector<Unplaced>& tasks,
+                                std::optional<std::vector<RobotFacts>>& robots_seen) {
   const std::string ns = crd::string_at(task_group, {"metadata", "namespace"});
   const std::string group_key = key_of(task_group);
   TaskNeeds replica = needs;
@@ -45,7 +48,11 @@ bool Manager::place_replica(const json& job, const json& task_group, const TaskN
   {
     std::lock_guard lock(schedule_mutex_);
     const auto started = std::chrono::steady_clock::now();
-    std::vector<RobotFacts> robots = robot_facts_for(ns, group_key);
+    // The robots' facts are read once per reconcile; their load, which each
+    // decision changes, before every decision.
+    if (!robots_seen) robots_seen = robot_facts_for(ns, group_key);
+    std::vector<RobotFacts>& robots = *robots_seen;
+    for (RobotFacts& facts : robots) load_.fill(facts, ns + "/" + facts.name, group_key);
     const std::string& preferred = only_robot.empty() ? sibling_robot : only_robot;
     if (!preferred.empty()) {
       std::vector<RobotFacts> one;
@@ -65,74 +72,91 @@ bool Manager::place_replica(const json& job, const json& task_group, const TaskN
   }
   metrics_.add("k8s4r_manager_scheduling_decisions_total",
                {{"result", placement.robot ? "scheduled" : "unschedulable"}});
-  (void)job;
+  return placement;
+}
 
-  for (Unplaced& item : tasks) {
-    const std::string name = crd::string_at(item.task, {"metadata", "name"});
-    const bool placed = placement.robot.has_value();
-    const json status = placed ? json{{"state", "dispatching"}, {"message", "placed on robot " + *placement.robot}}
-                               : json{{"state", "pending"}, {"message", "no robot fits: " + placement.why}};
-    json written_task;
-    if (!item.exists) {
-      json task = std::move(item.task);
-      if (placed) {
-        task["spec"]["targetRobot"] = *placement.robot;
-        task["metadata"]["annotations"][kScheduledAtAnnotation] = format_rfc3339(now(), TimePrecision::milliseconds);
-      }
+bool Manager::write_placement(Unplaced& item, const Placement& placement) {
+  const std::string ns = crd::string_at(item.task, {"metadata", "namespace"});
+  const std::string name = crd::string_at(item.task, {"metadata", "name"});
+  const bool placed = placement.robot.has_value();
+  const json status = placed ? json{{"state", "dispatching"}, {"message", "placed on robot " + *placement.robot}}
+                             : json{{"state", "pending"}, {"message", "no robot fits: " + placement.why}};
+  if (!item.exists) {
+    json task = std::move(item.task);
+    if (placed) {
+      task["spec"]["targetRobot"] = *placement.robot;
+      task["metadata"]["annotations"][kScheduledAtAnnotation] = format_rfc3339(now(), TimePrecision::milliseconds);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      expected_.insert(item.key);
+    }
+    auto created = counted("create", client_.create(crd::kTasks, ns, task));
+    if (!created) {
       {
         std::lock_guard lock(mutex_);
-        expected_.insert(item.key);
+        expected_.erase(item.key);
       }
-      auto created = counted("create", client_.create(crd::kTasks, ns, task));
-      if (!created) {
-        {
-          std::lock_guard lock(mutex_);
-          expected_.erase(item.key);
-        }
-        if (created.error().already_exists()) continue;  // made before; judged again from the cache
-        load_.forget(item.key);
-        spdlog::warn("task {}: creating it: {}", item.key, created.error().to_string());
-        outcome.failed = true;
-        continue;
-      }
-      written_task = std::move(created.value());
-    } else if (placed) {
-      const json patch = {
-          {"metadata",
-           {{"resourceVersion", crd::string_at(item.task, {"metadata", "resourceVersion"})},
-            {"annotations", {{kScheduledAtAnnotation, format_rfc3339(now(), TimePrecision::milliseconds)}}}}},
-          {"spec", {{"targetRobot", *placement.robot}}}};
-      auto patched = counted("patch", client_.merge_patch(crd::kTasks, ns, name, patch));
-      if (!patched) {
-        load_.forget(item.key);
-        if (patched.error().not_found()) continue;
-        if (!patched.error().conflict())
-          spdlog::warn("task {}: placing it on {}: {}", item.key, *placement.robot, patched.error().to_string());
-        outcome.failed = true;  // a conflict: judged again from the newer version
-        continue;
-      }
-      written_task = std::move(patched.value());
-    } else {
-      written_task = item.task;
-      if (crd::string_at(written_task, {"status", "state"}) == "pending" &&
-          crd::string_at(written_task, {"status", "message"}) == status["message"]) {
-        continue;  // says so already
-      }
+      if (created.error().already_exists()) return true;  // made before; judged again from the cache
+      load_.forget(item.key);
+      spdlog::warn("task {}: creating it: {}", item.key, created.error().to_string());
+      return false;
     }
-    auto updated = counted("patch_status", client_.merge_patch(crd::kTasks, ns, name, {{"status", status}}, true));
-    if (!updated) {
-      if (!updated.error().not_found()) outcome.failed = true;
-      continue;
+  } else if (placed) {
+    const json patch = {
+        {"metadata",
+         {{"resourceVersion", crd::string_at(item.task, {"metadata", "resourceVersion"})},
+          {"annotations", {{kScheduledAtAnnotation, format_rfc3339(now(), TimePrecision::milliseconds)}}}}},
+        {"spec", {{"targetRobot", *placement.robot}}}};
+    auto patched = counted("patch", client_.merge_patch(crd::kTasks, ns, name, patch));
+    if (!patched) {
+      load_.forget(item.key);
+      if (patched.error().not_found()) return true;
+      if (!patched.error().conflict())
+        spdlog::warn("task {}: placing it on {}: {}", item.key, *placement.robot, patched.error().to_string());
+      return false;  // a conflict: judged again from the newer version
     }
-    if (placed) {
-      spdlog::info("task {} placed on robot {}", item.key, *placement.robot);
-      record(updated.value(), "Normal", "Scheduled", "placed on robot " + *placement.robot);
-    } else {
-      spdlog::info("task {} pending: no robot fits: {}", item.key, placement.why);
-      record(updated.value(), "Warning", "FailedScheduling", "no robot fits: " + placement.why);
-    }
+  } else if (crd::string_at(item.task, {"status", "state"}) == "pending" &&
+             crd::string_at(item.task, {"status", "message"}) == status["message"]) {
+    return true;  // says so already
   }
-  return placement.robot.has_value();
+  if (placed) {
+    std::lock_guard lock(mutex_);
+    dispatch_expected_.insert(item.key);
+  }
+  auto updated = counted("patch_status", client_.merge_patch(crd::kTasks, ns, name, {{"status", status}}, true));
+  if (!updated) {
+    std::lock_guard lock(mutex_);
+    dispatch_expected_.erase(item.key);
+    return updated.error().not_found();
+  }
+  if (placed) {
+    spdlog::debug("task {} placed on robot {}", item.key, *placement.robot);
+    record(updated.value(), "Normal", "Scheduled", "placed on robot " + *placement.robot);
+  } else {
+    spdlog::info("task {} pending: no robot fits: {}", item.key, placement.why);
+    record(updated.value(), "Warning", "FailedScheduling", "no robot fits: " + placement.why);
+  }
+  return true;
+}
+
+void Manager::write_placements(std::vector<std::pair<Unplaced, std::shared_ptr<const Placement>>>& writes,
+                               Outcome& outcome) {
+  // Independent writes on different Tasks: several at once, so a Job of a
+  // thousand Tasks waits on the API server's throughput, not its latency.
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> failed{false};
+  const auto work = [&] {
+    for (std::size_t i = next++; i < writes.size(); i = next++) {
+      if (!write_placement(writes[i].first, *writes[i].second)) failed = true;
+    }
+  };
+  const std::size_t helpers = std::min<std::size_t>(kPlacementWriters - 1, writes.size() / 4);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < helpers; ++i) threads.emplace_back(work);
+  work();
+  for (auto& thread : threads) thread.join();
+  if (failed) outcome.failed = true;
 }
 
 }  // namespace k8s4r::manager

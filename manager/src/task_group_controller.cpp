@@ -63,7 +63,7 @@ std::vector<Manager::Slot> Manager::slots_of(const json& task_group) const {
   return out;
 }
 
-std::optional<std::string> Manager::lost_reason(const json& task, Timestamp now, Outcome& outcome) const {
+std::optional<std::string> Manager::lost_reason(const json& task, Timestamp now, Outcome& outcome) {
   const crd::TaskView view = crd::read_task(task);
   if (view.target_robot.empty()) return std::nullopt;
   const kube::ObjectPtr robot = robots_->get(view.namespace_, view.target_robot);
@@ -73,6 +73,25 @@ std::optional<std::string> Manager::lost_reason(const json& task, Timestamp now,
     return "its robot " + view.target_robot + " went Offline (" + crd::string_at(*robot, {"status", "message"}) + ")";
   }
   if (phase == crd::RobotPhase::rejected) return "its robot " + view.target_robot + " was rejected";
+  if (view.state == crd::TaskState::running) {
+    // Running, as the robot last reported; lost once the robot's own list of
+    // running tasks has left it out for the grace (a list only our agent
+    // sends: Go K8s4r agents send none, and are never judged by it).
+    const json& listed = crd::value_at(*robot, {"status", "runningTasks"});
+    const auto heartbeat = crd::timestamp_at(*robot, {"status", "lastHeartbeatTime"});
+    std::lock_guard lock(mutex_);
+    if (!listed.is_array() || !heartbeat || lists(*robot, view.uid)) {
+      missing_since_.erase(view.uid);
+      return std::nullopt;
+    }
+    const Timestamp first = missing_since_.emplace(view.uid, *heartbeat).first->second;
+    if (*heartbeat - first >= config_.disconnect_grace) {
+      return "its robot " + view.target_robot + " no longer runs it: its heartbeats since " + format_rfc3339(first) +
+             " do not list it";
+    }
+    outcome.after(config_.disconnect_grace);
+    return std::nullopt;
+  }
   if (view.state && *view.state != crd::TaskState::dispatching && *view.state != crd::TaskState::pending)
     return std::nullopt;
   // Dispatched (or about to be) and never reported: lost only once the
@@ -218,6 +237,8 @@ Manager::Outcome Manager::reconcile_group(const std::string& key) {
   }
 
   int awaiting = 0, unschedulable = 0;
+  std::vector<std::pair<Unplaced, std::shared_ptr<const Placement>>> writes;
+  std::optional<std::vector<RobotFacts>> robots_seen;
   for (const Replica& replica : wanted) {
     auto templates = replica_tasks(*group, replica, 0);
     if (!templates) continue;  // checked above
@@ -273,8 +294,11 @@ Manager::Outcome Manager::reconcile_group(const std::string& key) {
           unplaced.push_back(std::move(item));
         } else {
           sibling_robot = robot;
-          if (!view.target_robot.empty() && (!view.state || *view.state == crd::TaskState::pending))
-            to_dispatch.push_back(newest);
+          if (!view.target_robot.empty() && (!view.state || *view.state == crd::TaskState::pending)) {
+            std::lock_guard lock(mutex_);
+            // Unless this manager has just written it and the cache is behind.
+            if (!dispatch_expected_.count(key_of(*newest))) to_dispatch.push_back(newest);
+          }
         }
         continue;
       }
@@ -317,8 +341,10 @@ Manager::Outcome Manager::reconcile_group(const std::string& key) {
     }
     if (!unplaced.empty()) {
       const std::string only_robot = system ? replica.name_part : "";
-      if (!place_replica(*job, *group, needs.value(), only_robot, sibling_robot, std::move(unplaced), outcome))
-        ++unschedulable;
+      auto placement = std::make_shared<const Placement>(
+          plan_replica(*group, needs.value(), only_robot, sibling_robot, unplaced, robots_seen));
+      if (!placement->robot) ++unschedulable;
+      for (Unplaced& item : unplaced) writes.emplace_back(std::move(item), placement);
     }
     for (const kube::ObjectPtr& task : to_dispatch) {
       const crd::TaskView view = crd::read_task(*task);
@@ -327,6 +353,7 @@ Manager::Outcome Manager::reconcile_group(const std::string& key) {
       if (!written && !written.error().not_found()) outcome.failed = true;
     }
   }
+  write_placements(writes, outcome);
   {
     std::lock_guard lock(mutex_);
     if (unschedulable)

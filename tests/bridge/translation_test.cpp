@@ -106,7 +106,12 @@ TEST(RobotPatches, OnlyRunningTasksCapacityAndConnectionAreUrgentInAHeartbeat) {
   Heartbeat bigger = beat;
   bigger.device_info->memory.total = 1;
   EXPECT_NE(facts_of(bigger), first) << "capacity changed: written at once";
+  // A Go K8s4r agent does not list its tasks: unknown, written as no field
+  // (the manager then never takes a missing task for a lost one).
+  EXPECT_FALSE(beat.lists_running_tasks);
+  EXPECT_TRUE(heartbeat_status_patch(beat, json::object(), kNow)["status"]["runningTasks"].is_null());
   Heartbeat working = beat;
+  working.lists_running_tasks = true;  // as our agent does
   working.running_tasks = {"b", "a"};
   EXPECT_EQ(facts_of(working).running_tasks, (std::vector<std::string>{"a", "b"}));
   EXPECT_NE(facts_of(working), first);

@@ -86,6 +86,7 @@ class Bridge {
     daemon::EventLoop::TimerId resend_timer = 0;
     int delete_sends = 0;
     bool released = false;
+    bool lost_stop_sent = false;  // a stop for a Task the manager marked Lost
     daemon::EventLoop::TimerId delete_timer = 0;
   };
 

@@ -91,6 +91,9 @@ struct Register {
   StringMap labels;
   std::optional<DeviceInfo> device_info;
   std::vector<RunningTask> running_tasks;
+  // runningTasks was sent (our agent always sends it; Go K8s4r agents send
+  // none): only then does a task missing from it mean the robot lost it.
+  bool lists_running_tasks = true;
   std::optional<Timestamp> timestamp;  // absent from Go K8s4r agents
   bool operator==(const Register&) const = default;
 };
@@ -110,6 +113,7 @@ struct Heartbeat {
   std::string token;
   std::optional<Timestamp> timestamp;      // absent from Go K8s4r agents
   std::vector<std::string> running_tasks;  // task uids
+  bool lists_running_tasks = true;         // runningTasks was sent (Go K8s4r agents send null)
   std::optional<DeviceInfo> device_info;   // Go K8s4r agents send it on every beat
   std::optional<StorageError> storage_error;
   bool operator==(const Heartbeat&) const = default;

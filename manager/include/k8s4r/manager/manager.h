@@ -40,6 +40,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -128,7 +129,7 @@ class Manager {
   std::vector<Slot> slots_of(const nlohmann::json& task_group) const;
   // Why the newest Task of a slot is lost (its robot gone, Offline, silent
   // about it), or none; `recheck` is lowered to when that may change.
-  std::optional<std::string> lost_reason(const nlohmann::json& task, Timestamp now, Outcome& outcome) const;
+  std::optional<std::string> lost_reason(const nlohmann::json& task, Timestamp now, Outcome& outcome);
   bool mark_lost(const nlohmann::json& task, const std::string& why);
 
   // scheduler.cpp
@@ -138,13 +139,21 @@ class Manager {
     bool exists = false;  // in the cache: patched, not created
     std::int64_t cpu_milli = 0, memory_bytes = 0;
   };
-  // Places a replica's unplaced Tasks together (beside a sibling still
-  // running, when its robot still fits) and writes them: created or patched
-  // with spec.targetRobot, then status dispatching; pending with the reason
-  // when nothing fits. False when a write failed.
-  bool place_replica(const nlohmann::json& job, const nlohmann::json& task_group, const TaskNeeds& needs,
-                     const std::string& only_robot, const std::string& sibling_robot, std::vector<Unplaced> tasks,
-                     Outcome& outcome);
+  // Chooses one robot for a replica's unplaced Tasks (beside a sibling still
+  // running, when its robot still fits; only `only_robot` for a system
+  // job's replica) and counts them on it at once (RobotLoad::assume).
+  // `robots_seen`: the robots' facts, read on the first decision of a
+  // reconcile and kept for the next ones.
+  Placement plan_replica(const nlohmann::json& task_group, const TaskNeeds& needs, const std::string& only_robot,
+                         const std::string& sibling_robot, const std::vector<Unplaced>& tasks,
+                         std::optional<std::vector<RobotFacts>>& robots_seen);
+  // Writes one Task's placement: created or patched with spec.targetRobot,
+  // then status dispatching; pending with the reason when nothing fits.
+  // False when a write failed and the group should be retried.
+  bool write_placement(Unplaced& item, const Placement& placement);
+  // Every write of one reconcile, kPlacementWriters at a time.
+  void write_placements(std::vector<std::pair<Unplaced, std::shared_ptr<const Placement>>>& writes, Outcome& outcome);
+  static constexpr std::size_t kPlacementWriters = 8;
   std::vector<RobotFacts> robot_facts_for(const std::string& namespace_, const std::string& group) const;
 
   ManagerConfig config_;
@@ -165,11 +174,16 @@ class Manager {
   // Tasks created by this manager that the cache has not shown yet
   // (client-go's "expectations"): never created twice from a stale cache.
   std::set<std::string> expected_;
+  // Tasks this manager set dispatching that the cache has not shown so yet.
+  std::set<std::string> dispatch_expected_;
   // TaskGroups with a Task no robot fits: looked at again when a robot or
   // a Task's end changes what fits.
   std::set<std::string> waiting_;
   // TaskGroups of system Jobs: looked at again when any robot changes.
   std::set<std::string> system_groups_;
+  // Running Tasks (by uid) their robot's heartbeats have stopped listing:
+  // the first such heartbeat's time. Lost after --disconnect-grace of them.
+  std::map<std::string, Timestamp> missing_since_;
 
   std::atomic<bool> leading_{false}, stopping_{false};
 };

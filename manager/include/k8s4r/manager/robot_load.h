@@ -35,8 +35,8 @@ class RobotLoad {
   void assume(const std::string& task_key, Claim claim);
   // The robot a Task is claimed on (informer or assumed); "" when none.
   std::string robot_of(const std::string& task_key) const;
-  // Fills usage, task counts and tasks_of_group (for `group`) of `facts`,
-  // for the robot `robot_key`.
+  // Sets usage, task counts and tasks_of_group (for `group`) of `facts`,
+  // for the robot `robot_key` (zero when it has nothing).
   void fill(RobotFacts& facts, const std::string& robot_key, const std::string& group) const;
   std::size_t claims() const;
 
