@@ -63,8 +63,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return true;
   };
   auto valid_labels = [](const nlohmann::json& labels) {
-    for (const auto& [key, value] : labels.items()) {
-      const std::string text = value.get<std::string>();
+    for (const auto& [key, label] : labels.items()) {
+      const std::string text = label.get<std::string>();
       if (text.size() > 63) return false;
       for (char c : text) {
         if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
