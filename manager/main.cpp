@@ -36,7 +36,6 @@ int main(int argc, char** argv) {
   daemon::setup_logging("k8s4r-manager", config.log_level);
   daemon::StopSignals stop_signals;  // before any thread starts
 
-  int exit_code = 0;
   try {
     kube::ConfigSources sources = kube::sources_from_environment();
     if (!config.kubeconfig.empty()) sources.kubeconfig_flag = config.kubeconfig;
@@ -63,23 +62,40 @@ int main(int argc, char** argv) {
     const int port = health.start(config.metrics_bind_address);
     spdlog::info("serving /metrics, /healthz and /readyz on port {}", port);
 
-    std::unique_ptr<kube::LeaderElector> elector;
+    // On every way out of this block: the controllers stopped and the thread
+    // that started them joined, after the elector (declared below) is gone.
     std::thread leader_thread;
+    struct Joiner {
+      Manager& manager;
+      std::thread& thread;
+      ~Joiner() {
+        manager.stop();
+        if (thread.joinable()) thread.join();
+      }
+    } joiner{manager, leader_thread};
+    std::unique_ptr<kube::Client> lease_client;
+    std::unique_ptr<kube::LeaderElector> elector;
     if (config.leader_elect) {
       std::string lease_namespace = config.leader_election_namespace;
       if (lease_namespace.empty()) lease_namespace = config.namespace_;
       if (lease_namespace.empty()) lease_namespace = kube_config.value().namespace_;
+      lease_client =
+          std::make_unique<kube::Client>(kube::lease_client_config(kube_config.value(), config.retry_period));
       kube::LeaderElectionConfig election{lease_namespace,       "k8s4r-manager",       identity,
                                           config.lease_duration, config.renew_deadline, config.retry_period};
       election.on_started_leading = [&] { leader_thread = std::thread([&manager] { manager.lead(); }); };
-      election.on_stopped_leading = [&] {
-        exit_code = 1;
-        loop.post([&loop] { loop.stop(); });
+      // As controller-runtime does: a manager that lost the Lease may be
+      // behind a partition while another leads; it stops writing at once by
+      // ending, and its supervisor starts it afresh as a follower.
+      election.on_stopped_leading = [] {
+        spdlog::critical("lost the Lease: exiting so that only the new leader acts");
+        spdlog::default_logger()->flush();
+        std::_Exit(1);
       };
       election.on_new_leader = [&identity](const std::string& holder) {
         if (holder != identity) spdlog::info("leader election: {} leads; following", holder);
       };
-      elector = std::make_unique<kube::LeaderElector>(client, std::move(election));
+      elector = std::make_unique<kube::LeaderElector>(*lease_client, std::move(election));
     } else {
       spdlog::warn("--leader-elect is off: run one manager at a time");
     }
@@ -96,12 +112,13 @@ int main(int argc, char** argv) {
     loop.run();
     if (systemd.notify) systemd.notify("STOPPING=1");
     spdlog::info("shutting down");
-    // The controllers stop before the Lease is given up, so two managers
-    // never act at once.
-    if (elector) elector->stop();
+    // The controllers stop (their writes in flight finish) while the Lease
+    // is still renewed, and only then is it given up: two managers never act
+    // at once.
     manager.stop();
+    if (elector) elector->stop();  // no more callbacks: leader_thread is ours alone now
     if (leader_thread.joinable()) leader_thread.join();
-    if (elector && exit_code == 0) elector->release();
+    if (elector) elector->release();
     elector.reset();
     health.stop();
   } catch (const std::exception& error) {
@@ -109,5 +126,5 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("bye");
-  return exit_code;
+  return 0;
 }

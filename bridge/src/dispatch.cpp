@@ -7,7 +7,9 @@
 // has not been sent; one with an old dispatchedAt is due a resend.
 //
 // A Task the manager marked lost (failed, reason Lost) is stopped on its
-// robot once, in case the robot still runs it when it returns.
+// robot once, in case the robot still runs it when it returns; and a robot
+// whose heartbeat lists a Task that has ended in the API is told to stop it
+// (at most once per resend interval).
 //
 // Deletion: a Task being deleted that carries the finalizer is stopped on
 // its robot (action delete, resent like a create) and released once its
@@ -59,12 +61,22 @@ void Bridge::reconcile_task(const kube::ObjectPtr& task) {
   // still holding it, its session delivers this stop first.
   if (state == crd::TaskState::failed && !memory.lost_stop_sent && (view.dispatched_at || memory.dispatched) &&
       crd::string_at(*task, {"status", "reason"}) == "Lost" && !view.target_robot.empty()) {
-    memory.lost_stop_sent = true;
-    if (auto topic = topics::dispatch(view.target_robot)) {
+    // Only a recent loss: a restarted bridge does not queue a stop for every
+    // Task ever lost in the sessions of robots long gone. One that comes
+    // back still running an old one lists it in its heartbeat, and is told
+    // then (on_heartbeat).
+    const auto finished = crd::timestamp_at(*task, {"status", "finishedAt"});
+    const bool recent = finished && now() - *finished < std::chrono::minutes(10);
+    if (auto topic = topics::dispatch(view.target_robot); topic && recent) {
+      memory.lost_stop_sent = true;
       metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "delete"}});
       spdlog::info("task {} ({}) lost on robot {}: stopping it there should it still run it", view.name, view.uid,
                    view.target_robot);
-      publish(topic.value(), dispatch_delete_payload(*task));
+      const std::string uid = view.uid;
+      publish(topic.value(), dispatch_delete_payload(*task), [this, uid](bool ok) {
+        if (auto found = task_memory_.find(uid); !ok && found != task_memory_.end())
+          found->second.lost_stop_sent = false;  // sent again on the Task's next event
+      });
     }
   }
 
@@ -211,6 +223,26 @@ void Bridge::release(const kube::ObjectPtr& task, const std::string& why) {
   WriteRequest request;
   request.finalizer = false;
   writer_->write(task_ref(view.name), std::move(request));
+}
+
+void Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running) {
+  const auto steady_now = std::chrono::steady_clock::now();
+  for (const std::string& uid : running) {
+    const kube::ObjectPtr task = tasks_->get_by_uid(uid);
+    if (!task) continue;
+    const crd::TaskView view = crd::read_task(*task);
+    TaskMemory& memory = task_memory_[uid];
+    const auto state = memory.applied.state_or(view);
+    if (!state || !crd::is_terminal(*state) || view.target_robot != robot_id) continue;
+    if (memory.orphan_stop_at && steady_now - *memory.orphan_stop_at < config_.dispatch_resend_after) continue;
+    auto topic = topics::dispatch(robot_id);
+    if (!topic) continue;
+    memory.orphan_stop_at = steady_now;
+    metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "delete"}});
+    spdlog::warn("robot {} still runs task {} ({}), which is {} in the API: stopping it there", robot_id, view.name,
+                 uid, crd::to_string(*state));
+    publish(topic.value(), dispatch_delete_payload(*task));
+  }
 }
 
 void Bridge::on_robot_changed(const std::string& robot_id, bool deleted) {

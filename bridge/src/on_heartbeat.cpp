@@ -37,6 +37,7 @@ void Bridge::on_heartbeat(const Heartbeat& message) {
       }
     }
   }
+  stop_ended_tasks_listed(robot_id, message.running_tasks);
   HeartbeatFacts facts = facts_of(message);
   if (facts.capacity.empty()) facts.capacity = memory.written.capacity;  // not sent: unchanged
   const auto since = steady_now - memory.last_write;

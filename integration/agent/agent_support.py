@@ -66,12 +66,19 @@ def remove_cgroup_tree(path):
     """Kills what is left in a cgroup directory and removes it, deepest first (a killed agent leaves its tasks')."""
     if path is None or not path.exists():
         return
-    for kill_file in path.rglob("cgroup.kill"):
+    # The kernel removes a task's cgroup as its shim cleans up, maybe while this walks: a directory gone
+    # meanwhile is skipped, never an error (os.walk's onerror).
+    def walk():
+        found = []
+        for root, directories, _ in os.walk(path, onerror=lambda error: None):
+            found += [pathlib.Path(root) / d for d in directories]
+        return found
+    for directory in [path] + walk():
         try:
-            kill_file.write_text("1")
+            (directory / "cgroup.kill").write_text("1")
         except OSError:
             pass
-    directories = sorted((d for d in path.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True)
+    directories = sorted(walk(), key=lambda d: len(d.parts), reverse=True)
     for directory in directories + [path]:
         wait_until(lambda: _rmdir(directory), 5, f"{directory} to be empty")
 

@@ -1,10 +1,13 @@
 """k8s4r-manager end to end: kubectl apply of Jobs, run by real agents through the real bridge and broker, the
 manager deciding (robot approval and liveness, placement, rescheduling), judged with kubectl."""
+import threading
 import time
 
+from conftest import Observer
 from manager_support import (apply, bridge, get, group, items, job, job_state, manager_factory,  # noqa: F401
                              processes_marked,
                              robot_phase, robots, sim, tasks_of_job, wait_job, wait_until, zone_is)
+from go_agent import GoK8s4rAgent  # noqa: E402 (integration/bridge, on the path manager_support sets)
 
 
 def test_a_job_of_two_groups_runs_every_task_on_a_matching_robot(sim, robots, manager_factory):
@@ -183,3 +186,68 @@ def test_two_managers_never_both_act_and_killing_the_leader_hands_over(sim, robo
     # A clean stop gives the Lease up at once.
     assert second.stop() == 0
     assert get(sim, "lease", "k8s4r-manager")["spec"]["holderIdentity"] == ""
+
+
+def test_a_task_its_robot_stops_listing_is_lost_replaced_and_stopped_there(sim, broker, bridge, manager_factory):
+    """A robot that forgets a running task (its disk wiped, say) says so only by leaving it out of its heartbeats:
+    after --disconnect-grace of them the manager marks the Task lost and replaces it, and the bridge tells the
+    robot to stop the old one. The robot is scripted on the wire, as k8s4r-agent speaks, so it can forget."""
+    manager_factory().start()
+    robot = Observer(broker, topics=("k8s4r/robots/robot-s/#",), client_id="robot-s")
+    running = []  # what the scripted robot lists in its heartbeats
+    stop = threading.Event()
+
+    def heartbeats():
+        while not stop.wait(0.3):
+            robot.publish("k8s4r/heartbeat", {"robotId": "robot-s", "token": "t", "runningTasks": list(running)})
+    try:
+        robot.publish("k8s4r/register", {"robotId": "robot-s", "token": "t", "agentVersion": "scripted",
+                                         "runningTasks": []})
+        robot.wait_for("k8s4r/robots/robot-s/response", lambda m: m["success"])
+        beating = threading.Thread(target=heartbeats, daemon=True)
+        beating.start()
+        wait_until(lambda: robot_phase(sim, "robot-s") == "Online", 20, "robot-s to be Online")
+        apply(sim, job("forgotten", [group("g", 1, "sleep 300", reschedulePolicy={"delay": "1s"})]))
+        dispatch_topic = "k8s4r/robots/robot-s/tasks/dispatch"
+        sent = robot.wait_for(dispatch_topic, lambda m: m["action"] == "create", 30)
+        uid, name = sent["task"]["metadata"]["uid"], sent["task"]["metadata"]["name"]
+        robot.publish(f"k8s4r/robots/robot-s/tasks/{uid}/status",
+                      {"taskUid": uid, "robotId": "robot-s", "state": "running", "event": "Started", "seq": 1,
+                       "startedAt": "2026-11-26T00:00:00Z", "restartCount": 0})
+        running.append(uid)
+        wait_until(lambda: get(sim, "rtask", name)["status"].get("state") == "running", 20, "the task to run")
+        running.clear()  # forgotten
+        forgot_at = time.monotonic()
+        wait_until(lambda: get(sim, "rtask", name)["status"].get("reason") == "Lost", 30, "the task to be lost")
+        # Not before --disconnect-grace (3 s) of heartbeats without it, as their times (to the second) tell.
+        assert time.monotonic() - forgot_at >= 2
+        lost = get(sim, "rtask", name)["status"]
+        assert lost["state"] == "failed" and "no longer runs it" in lost["message"], lost
+        # The bridge tells the robot to stop it, should it still run it; the replacement is dispatched.
+        robot.wait_for(dispatch_topic, lambda m: m["action"] == "delete" and m["task"]["metadata"]["uid"] == uid, 20)
+        again = robot.wait_for(dispatch_topic, lambda m: m["action"] == "create" and
+                               m["task"]["metadata"]["name"] == name + "-a1", 30)
+        assert again["task"]["metadata"]["uid"] != uid
+    finally:
+        stop.set()
+        robot.close()
+
+
+def test_a_go_k8s4r_robot_runs_a_jobs_tasks_and_is_never_taken_for_losing_them(sim, broker, bridge, manager_factory):
+    """A robot running the Go K8s4r agent (go_agent.py: no presence, `runningTasks: null`, final state only from its
+    5 s monitor) runs a Go K8s4r-style Job through the manager. Its heartbeats say nothing of its tasks, which must
+    read as "not said", never "none": its tasks outlive --disconnect-grace and are not lost."""
+    manager_factory().start()
+    go = GoK8s4rAgent(broker, "go-robot", "legacy-token").start()
+    try:
+        wait_until(lambda: robot_phase(sim, "go-robot") == "Online", 20, "the Go robot to be Online")
+        apply(sim, job("legacy", [group("g", 2, "sleep 6", [{"lTarget": "${robot.name}", "operand": "=",
+                                                              "rTarget": "go-robot"}])]))
+        finished = wait_job(sim, "legacy", "completed", 60)
+        assert finished["status"]["succeededTasks"] == 2
+        tasks = tasks_of_job(sim, "legacy")
+        assert sorted(t["metadata"]["name"] for t in tasks) == ["legacy-g-r0-work", "legacy-g-r1-work"]
+        assert all(go.starts(t["metadata"]["uid"]) == 1 for t in tasks)
+        assert "runningTasks" not in get(sim, "robot", "go-robot")["status"]
+    finally:
+        go.stop()

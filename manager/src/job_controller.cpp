@@ -15,20 +15,7 @@ namespace k8s4r::manager {
 
 using nlohmann::json;
 
-namespace {
-
-// A merge patch that makes `current` spec equal `wanted`, or null.
-json spec_patch(const json& current, const json& wanted) {
-  if (current == wanted) return nullptr;
-  json patch = wanted;
-  if (current.is_object()) {
-    for (const auto& [field, value] : current.items())
-      if (!wanted.contains(field)) patch[field] = nullptr;
-  }
-  return patch;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Manager::Outcome Manager::reconcile_job(const std::string& key) {
   Outcome outcome;
@@ -66,7 +53,7 @@ Manager::Outcome Manager::reconcile_job(const std::string& key) {
       }
       continue;
     }
-    const json patch = spec_patch(crd::value_at(*found->second, {"spec"}), group["spec"]);
+    const json patch = crd::merge_patch_between(crd::value_at(*found->second, {"spec"}), group["spec"]);
     if (!patch.is_null()) {
       auto patched = counted("patch", client_.merge_patch(crd::kTaskGroups, ns, group_name, {{"spec", patch}}));
       if (!patched && !patched.error().not_found()) outcome.failed = true;

@@ -171,14 +171,14 @@ void Manager::add_handlers() {
         !old_robot || differs({"status", "phase"}) || differs({"spec", "labels"}) || differs({"status", "deviceInfo"});
     const bool tasks_changed =
         fit_changed || differs({"status", "runningTasks"}) || differs({"status", "lastHeartbeatTime"});
-    if (tasks_changed) enqueue_groups_on_robot(key_of(*robot));
+    if (tasks_changed) enqueue_groups_on_robot(key_of(*robot), fit_changed);
     if (fit_changed) enqueue_waiting_groups();
   };
   robots_->add_handler(
       kube::EventHandler{[robot_changed](const kube::ObjectPtr& robot) { robot_changed(nullptr, robot); },
                          robot_changed,
                          [this](const kube::ObjectPtr& robot, bool) {
-                           enqueue_groups_on_robot(key_of(*robot));
+                           enqueue_groups_on_robot(key_of(*robot), true);
                            enqueue_waiting_groups();
                          },
                          {}});
@@ -224,7 +224,7 @@ void Manager::add_handlers() {
     const auto state = crd::read_task(task).state;
     std::lock_guard lock(mutex_);
     expected_.erase(key);
-    if (state || gone) dispatch_expected_.erase(key);
+    if ((state && *state != crd::TaskState::pending) || gone) dispatch_expected_.erase(key);
     if ((state && crd::is_terminal(*state)) || gone) missing_since_.erase(crd::string_at(task, {"metadata", "uid"}));
   };
   tasks_->add_handler(
@@ -254,13 +254,15 @@ void Manager::enqueue_group_of_task(const json& task) {
   if (std::string group = owner_key(task, "TaskGroup"); !group.empty()) group_controller_.queue->add(group);
 }
 
-void Manager::enqueue_groups_on_robot(const std::string& robot_key) {
+void Manager::enqueue_groups_on_robot(const std::string& robot_key, bool with_system_groups) {
   std::set<std::string> groups;
   for (const auto& task : tasks_->by_index("robot", robot_key)) {
+    const auto state = crd::read_task(*task).state;
+    if (state && crd::is_terminal(*state)) continue;  // nothing of it depends on the robot any more
     if (std::string group = owner_key(*task, "TaskGroup"); !group.empty()) groups.insert(group);
   }
   std::lock_guard lock(mutex_);
-  groups.insert(system_groups_.begin(), system_groups_.end());
+  if (with_system_groups) groups.insert(system_groups_.begin(), system_groups_.end());
   for (const std::string& group : groups) group_controller_.queue->add(group);
 }
 

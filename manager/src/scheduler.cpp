@@ -89,7 +89,7 @@ bool Manager::write_placement(Unplaced& item, const Placement& placement) {
     }
     {
       std::lock_guard lock(mutex_);
-      expected_.insert(item.key);
+      expected_[item.key] = std::chrono::steady_clock::now();
     }
     auto created = counted("create", client_.create(crd::kTasks, ns, task));
     if (!created) {
@@ -97,8 +97,8 @@ bool Manager::write_placement(Unplaced& item, const Placement& placement) {
         std::lock_guard lock(mutex_);
         expected_.erase(item.key);
       }
+      load_.forget(item.key);  // the Task there, whatever it is, counts once the cache shows it
       if (created.error().already_exists()) return true;  // made before; judged again from the cache
-      load_.forget(item.key);
       spdlog::warn("task {}: creating it: {}", item.key, created.error().to_string());
       return false;
     }
@@ -148,7 +148,13 @@ void Manager::write_placements(std::vector<std::pair<Unplaced, std::shared_ptr<c
   std::atomic<bool> failed{false};
   const auto work = [&] {
     for (std::size_t i = next++; i < writes.size(); i = next++) {
-      if (!write_placement(writes[i].first, *writes[i].second)) failed = true;
+      try {
+        if (!write_placement(writes[i].first, *writes[i].second)) failed = true;
+      } catch (const std::exception& error) {
+        // One Task's write must not end the daemon: the group is retried.
+        spdlog::error("task {}: writing its placement threw: {}", writes[i].first.key, error.what());
+        failed = true;
+      }
     }
   };
   const std::size_t helpers = std::min<std::size_t>(kPlacementWriters - 1, writes.size() / 4);

@@ -35,6 +35,23 @@ int attempt_of(const json& task) {
   return std::stoi(text);
 }
 
+// to - from, saturating: resource times span the years 1678 to 2262, whose
+// distance does not fit in 64-bit nanoseconds. Never negative.
+nanoseconds elapsed(Timestamp from, Timestamp to) {
+  if (to <= from) return nanoseconds(0);
+  std::int64_t out = 0;
+  if (__builtin_sub_overflow(to.time_since_epoch().count(), from.time_since_epoch().count(), &out))
+    return nanoseconds::max();
+  return nanoseconds(out);
+}
+
+// time + delay, saturating (a user's "2000000h" must not wrap around).
+Timestamp later_by(Timestamp time, nanoseconds delay) {
+  std::int64_t out = 0;
+  if (__builtin_add_overflow(time.time_since_epoch().count(), delay.count(), &out)) return Timestamp::max();
+  return Timestamp(nanoseconds(out));
+}
+
 bool lists(const json& robot, const std::string& uid) {
   for (const json& running : crd::value_at(robot, {"status", "runningTasks"})) {
     if (running.is_string() && running.get<std::string>() == uid) return true;
@@ -85,7 +102,7 @@ std::optional<std::string> Manager::lost_reason(const json& task, Timestamp now,
       return std::nullopt;
     }
     const Timestamp first = missing_since_.emplace(view.uid, *heartbeat).first->second;
-    if (*heartbeat - first >= config_.disconnect_grace) {
+    if (elapsed(first, *heartbeat) >= config_.disconnect_grace) {
       return "its robot " + view.target_robot + " no longer runs it: its heartbeats since " + format_rfc3339(first) +
              " do not list it";
     }
@@ -106,13 +123,16 @@ std::optional<std::string> Manager::lost_reason(const json& task, Timestamp now,
     outcome.after(config_.dispatch_timeout);
     return std::nullopt;
   }
-  const nanoseconds waited = now - *since;
+  const nanoseconds waited = elapsed(*since, now);
   if (waited < config_.dispatch_timeout) {
     outcome.after(config_.dispatch_timeout - waited + std::chrono::milliseconds(100));
     return std::nullopt;
   }
+  // A robot that does not list its tasks (Go K8s4r) cannot show it never
+  // started one: its Tasks are lost only when it goes Offline.
   const auto heartbeat = crd::timestamp_at(*robot, {"status", "lastHeartbeatTime"});
-  if (heartbeat && *heartbeat > *since && !lists(*robot, view.uid)) {
+  const bool lists_tasks = crd::value_at(*robot, {"status", "runningTasks"}).is_array();
+  if (lists_tasks && heartbeat && *heartbeat > *since && !lists(*robot, view.uid)) {
     return "its robot " + view.target_robot + " did not start it within " +
            format_go_duration(config_.dispatch_timeout) + " of its dispatch at " + format_rfc3339(*since) +
            " (its heartbeat at " + format_rfc3339(*heartbeat) + " does not list it)";
@@ -176,6 +196,11 @@ Manager::Outcome Manager::reconcile_group(const std::string& key) {
   }
 
   auto policy = read_reschedule_policy(crd::value_at(*group, {"spec", "reschedulePolicy"}), type);
+  // A system job keeps one replica on each matching robot for as long as it
+  // matches: a robot that went away and came back gets its replica again,
+  // however often (Nomad places system allocations whenever a node is
+  // eligible); the policy's delay still applies.
+  if (policy && system) policy.value().unlimited = true;
   auto needs = replica_needs(*job, *group);
   auto checked = tasks_of(*group);
   std::optional<Error> invalid;
@@ -259,7 +284,11 @@ Manager::Outcome Manager::reconcile_group(const std::string& key) {
       const auto add_unplaced = [&](json task, const std::string& task_key) {
         {
           std::lock_guard lock(mutex_);
-          if (expected_.count(task_key)) return;  // created; the cache has not caught up
+          auto expected = expected_.find(task_key);
+          if (expected != expected_.end()) {
+            if (std::chrono::steady_clock::now() - expected->second < kExpectationTimeout) return;  // cache behind
+            expected_.erase(expected);
+          }
         }
         Unplaced item{task_key, std::move(task), false};
         if (auto resources = task_resources(crd::value_at(item.task, {"spec"}))) {
@@ -314,12 +343,16 @@ Manager::Outcome Manager::reconcile_group(const std::string& key) {
         record(*newest, "Warning", "NotRescheduled", decision.why);
         continue;
       }
-      if (system && !may_create[replica.label]) continue;  // its robot must come back first
+      if (system && !may_create[replica.label]) {  // its robot must come back (or fit) first
+        ++awaiting;
+        continue;
+      }
       const Timestamp ended = crd::timestamp_at(*newest, {"status", "finishedAt"})
                                   .value_or(crd::timestamp_at(*newest, {"metadata", "creationTimestamp"}).value_or(t));
-      if (t < ended + decision.delay) {
+      const Timestamp due = later_by(ended, decision.delay);
+      if (t < due) {
         ++awaiting;
-        outcome.after(ended + decision.delay - t + std::chrono::milliseconds(50));
+        outcome.after(std::min<nanoseconds>(elapsed(t, due), std::chrono::hours(24)) + std::chrono::milliseconds(50));
         continue;
       }
       auto replacement = replica_tasks(*group, replica, attempt_of(*newest) + 1);
@@ -348,9 +381,12 @@ Manager::Outcome Manager::reconcile_group(const std::string& key) {
     }
     for (const kube::ObjectPtr& task : to_dispatch) {
       const crd::TaskView view = crd::read_task(*task);
-      const json patch = {{"status", {{"state", "dispatching"}, {"message", "placed on robot " + view.target_robot}}}};
+      // Conditional on the version judged: a cache behind a report must not
+      // set a running Task back to dispatching.
+      const json patch = {{"metadata", {{"resourceVersion", crd::string_at(*task, {"metadata", "resourceVersion"})}}},
+                          {"status", {{"state", "dispatching"}, {"message", "placed on robot " + view.target_robot}}}};
       auto written = counted("patch_status", client_.merge_patch(crd::kTasks, ns, view.name, patch, true));
-      if (!written && !written.error().not_found()) outcome.failed = true;
+      if (!written && !written.error().not_found() && !written.error().conflict()) outcome.failed = true;
     }
   }
   write_placements(writes, outcome);

@@ -210,6 +210,21 @@ TEST(TaskPatches, WrongRobotsStaleSeqsAndFinishedTasksAreRefused) {
             "TaskFinished");
 }
 
+TEST(TaskPatches, WhatTheBridgeAppliedCountsUntilTheCacheCatchesUpThenTheCacheWins) {
+  AppliedStatus applied;
+  applied.state = crd::TaskState::running;
+  applied.seq = 2;
+  crd::TaskView cached;
+  cached.state = crd::TaskState::dispatching;
+  cached.status_seq = 1;  // behind the bridge's own write
+  EXPECT_EQ(applied.state_or(cached), crd::TaskState::running);
+  // Caught up, and someone else (the manager marking it lost) wrote since.
+  cached.state = crd::TaskState::failed;
+  cached.status_seq = 2;
+  EXPECT_EQ(applied.state_or(cached), crd::TaskState::failed);
+  EXPECT_EQ(AppliedStatus{}.state_or(cached), crd::TaskState::failed);
+}
+
 TEST(TaskPatches, AnEventsNameIsTheSameForTheSameReport) {
   const json task = task_on("robot-001", "running", 1);
   const TaskStatus done = report("robot-001", TaskRunState::completed, 2);

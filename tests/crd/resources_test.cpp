@@ -78,6 +78,21 @@ TEST(Crd, ComposedMergePatchesEqualApplyingBothInOrder) {
   EXPECT_FALSE(composed["status"].contains("message"));
 }
 
+TEST(Crd, TheMergePatchBetweenTwoObjectsTurnsOneIntoTheOther) {
+  const json current = json::parse(
+      R"({"count":2,"tasks":[{"name":"a"}],"reschedulePolicy":{"attempts":3,"delay":"5s"},"meta":{"x":"1","y":"2"}})");
+  const json wanted =
+      json::parse(R"({"count":3,"tasks":[{"name":"b"}],"reschedulePolicy":{"attempts":3},"meta":{"y":"2"}})");
+  const json patch = merge_patch_between(current, wanted);
+  json applied = current;
+  applied.merge_patch(patch);
+  EXPECT_EQ(applied, wanted);
+  // Only what differs: a nested field dropped is a nested null, equal fields are left out.
+  EXPECT_EQ(patch,
+            json::parse(R"({"count":3,"tasks":[{"name":"b"}],"reschedulePolicy":{"delay":null},"meta":{"x":null}})"));
+  EXPECT_TRUE(merge_patch_between(wanted, wanted).is_null());
+}
+
 TEST(Crd, FinalizerPatchesTestWhatTheCacheSaw) {
   json task = {{"metadata", {{"name", "t"}}}};
   json patched = task.patch(add_finalizer_patch(task, kBridgeFinalizer));

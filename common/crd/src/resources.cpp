@@ -167,6 +167,24 @@ json set_condition(const json& object, const Condition& condition, Timestamp now
   return conditions;
 }
 
+json merge_patch_between(const json& current, const json& wanted) {
+  if (current == wanted) return nullptr;
+  if (!current.is_object() || !wanted.is_object()) return wanted.is_null() ? json::object() : wanted;
+  json patch = json::object();
+  for (const auto& [field, value] : current.items()) {
+    if (!wanted.contains(field)) patch[field] = nullptr;
+  }
+  for (const auto& [field, value] : wanted.items()) {
+    auto found = current.find(field);
+    if (found == current.end()) {
+      patch[field] = value;
+    } else if (*found != value) {
+      patch[field] = value.is_object() && found->is_object() ? merge_patch_between(*found, value) : value;
+    }
+  }
+  return patch;
+}
+
 json compose_merge_patches(json older, const json& newer) {
   if (!newer.is_object() || !older.is_object()) return newer;
   for (const auto& [key, value] : newer.items()) {

@@ -43,24 +43,27 @@ json make_event(const json& object, const std::string& type, const std::string& 
   char suffix[17];
   std::snprintf(suffix, sizeof suffix, "%016llx",
                 static_cast<unsigned long long>(Fnv1a64().update(uid + "/" + reason + "/" + text).value()));
-  return {{"apiVersion", "v1"},
-          {"kind", "Event"},
-          {"metadata", {{"name", name + "." + suffix}, {"namespace", text_at(object, "metadata", "namespace")}}},
-          {"involvedObject",
-           {{"apiVersion", text_at(object, nullptr, "apiVersion")},
-            {"kind", text_at(object, nullptr, "kind")},
-            {"name", name},
-            {"namespace", text_at(object, "metadata", "namespace")},
-            {"uid", uid}}},
-          {"reason", reason},
-          {"message", text},
-          {"type", type},
-          {"source", {{"component", component}, {"host", instance}}},
-          {"reportingComponent", component},
-          {"reportingInstance", instance},
-          {"firstTimestamp", time},
-          {"lastTimestamp", time},
-          {"count", 1}};
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Event"},
+      // At most 253 characters, however long the object's name.
+      {"metadata",
+       {{"name", name.substr(0, 253 - 17) + "." + suffix}, {"namespace", text_at(object, "metadata", "namespace")}}},
+      {"involvedObject",
+       {{"apiVersion", text_at(object, nullptr, "apiVersion")},
+        {"kind", text_at(object, nullptr, "kind")},
+        {"name", name},
+        {"namespace", text_at(object, "metadata", "namespace")},
+        {"uid", uid}}},
+      {"reason", reason},
+      {"message", text},
+      {"type", type},
+      {"source", {{"component", component}, {"host", instance}}},
+      {"reportingComponent", component},
+      {"reportingInstance", instance},
+      {"firstTimestamp", time},
+      {"lastTimestamp", time},
+      {"count", 1}};
 }
 
 EventRecorder::EventRecorder(Client& client, std::string component, std::string instance, std::size_t max_pending)
@@ -75,8 +78,17 @@ void EventRecorder::record(const json& object, const std::string& type, const st
   const std::string time =
       format_rfc3339(std::chrono::time_point_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now()));
   json event = make_event(object, type, reason, message, component_, instance_, time);
+  const std::string name = event["metadata"]["name"].get<std::string>();
   std::lock_guard lock(mutex_);
   if (stopping_) return;
+  // The same event again (a controller judging an object again): one Event,
+  // and no request for the repeats while it is remembered.
+  if (!recent_.insert(name).second) return;
+  recent_order_.push_back(name);
+  if (recent_order_.size() > kRemembered) {
+    recent_.erase(recent_order_.front());
+    recent_order_.pop_front();
+  }
   if (pending_.size() >= max_pending_) {
     ++dropped_;
     return;

@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <random>
 
 namespace k8s4r::kube {
@@ -27,6 +28,13 @@ std::string text_of(const json& spec, const char* key) {
 }
 
 }  // namespace
+
+ClientConfig lease_client_config(ClientConfig base, std::chrono::nanoseconds retry_period) {
+  base.max_attempts = 1;
+  base.request_timeout =
+      std::max(std::chrono::milliseconds(1000), std::chrono::duration_cast<std::chrono::milliseconds>(retry_period));
+  return base;
+}
 
 LeaderElector::LeaderElector(Client& client, LeaderElectionConfig config)
     : client_(client), config_(std::move(config)) {}
@@ -54,19 +62,23 @@ void LeaderElector::run() {
   };
   // Follow until the Lease is ours.
   while (!stopping_) {
+    acquired_at_ = SteadyClock::now();
     if (try_acquire_or_renew() == Attempt::acquired) break;
     if (!wait(jittered())) return;
   }
   if (stopping_) return;
   leading_ = true;
-  last_renewed_ = SteadyClock::now();
+  last_renewed_ = acquired_at_;
   spdlog::info("leader election: {} is the leader", config_.identity);
   if (config_.on_started_leading) config_.on_started_leading();
   // Lead until a renewal cannot be made within the renew deadline.
   while (!stopping_) {
     if (!wait(config_.retry_period)) return;
+    // The renewal counts from before its request: a slow answer must not
+    // stretch the lease this leader believes it holds.
+    const auto attempted = SteadyClock::now();
     if (try_acquire_or_renew() == Attempt::acquired) {
-      last_renewed_ = SteadyClock::now();
+      last_renewed_ = attempted;
       continue;
     }
     ++failed_renewals_;

@@ -86,7 +86,8 @@ class Bridge {
     daemon::EventLoop::TimerId resend_timer = 0;
     int delete_sends = 0;
     bool released = false;
-    bool lost_stop_sent = false;  // a stop for a Task the manager marked Lost
+    bool lost_stop_sent = false;                                          // a stop for a Task the manager marked Lost
+    std::optional<std::chrono::steady_clock::time_point> orphan_stop_at;  // a stop for an ended Task it listed
     daemon::EventLoop::TimerId delete_timer = 0;
   };
 
@@ -119,6 +120,7 @@ class Bridge {
   void dispatch(const kube::ObjectPtr& task, bool resend);
   void schedule_resend(const std::string& uid, const std::string& name, std::chrono::nanoseconds delay);
   void resync_robot(const std::string& robot_id);
+  void stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running);
   void stop_on_robot(const kube::ObjectPtr& task);
   bool robot_gone(const std::string& robot_id) const;
   void release(const kube::ObjectPtr& task, const std::string& why);

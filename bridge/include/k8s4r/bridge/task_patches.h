@@ -20,8 +20,14 @@ struct AppliedStatus {
   std::optional<std::int64_t> seq;
   std::optional<crd::TaskState> state;
 
-  // The Task's state as the bridge knows it: what it applied, else the cache's.
-  std::optional<crd::TaskState> state_or(const crd::TaskView& cached) const { return state ? state : cached.state; }
+  // The Task's state as the bridge knows it: what it applied, until the
+  // cache has caught up with it (its statusSeq as high); then the cache's,
+  // which also holds what others wrote since (the manager marking it lost).
+  std::optional<crd::TaskState> state_or(const crd::TaskView& cached) const {
+    if (!state) return cached.state;
+    if (seq && cached.status_seq && *cached.status_seq >= *seq) return cached.state;
+    return state;
+  }
 };
 
 struct TaskEvent {

@@ -104,7 +104,9 @@ class Manager {
   void add_handlers();
   void run_worker(Controller& controller);
   void enqueue_group_of_task(const nlohmann::json& task);
-  void enqueue_groups_on_robot(const std::string& robot_key);
+  // The groups with unfinished Tasks on a robot; and every system group
+  // when what fits on it may have changed.
+  void enqueue_groups_on_robot(const std::string& robot_key, bool with_system_groups);
   void enqueue_waiting_groups();
   Timestamp now() const;
   // A write's result, counted by verb and code.
@@ -173,7 +175,10 @@ class Manager {
   mutable std::mutex mutex_;
   // Tasks created by this manager that the cache has not shown yet
   // (client-go's "expectations"): never created twice from a stale cache.
-  std::set<std::string> expected_;
+  // An entry older than kExpectationTimeout is forgotten (client-go's 5
+  // minutes): a Task deleted before the cache ever showed it is made again.
+  std::map<std::string, std::chrono::steady_clock::time_point> expected_;
+  static constexpr std::chrono::minutes kExpectationTimeout{5};
   // Tasks this manager set dispatching that the cache has not shown so yet.
   std::set<std::string> dispatch_expected_;
   // TaskGroups with a Task no robot fits: looked at again when a robot or

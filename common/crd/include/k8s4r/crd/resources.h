@@ -98,6 +98,11 @@ std::optional<Condition> find_condition(const nlohmann::json& object, std::strin
 // `older`, then `newer`. How a pending write takes in newer data.
 nlohmann::json compose_merge_patches(nlohmann::json older, const nlohmann::json& newer);
 
+// The merge patch that turns `current` into `wanted` (null when equal):
+// objects field by field at every depth, a field `wanted` lacks as null,
+// anything else whole. How a controller brings an object it owns in line.
+nlohmann::json merge_patch_between(const nlohmann::json& current, const nlohmann::json& wanted);
+
 // A JSON patch that adds `finalizer` to metadata.finalizers, guarded by a
 // test of the list the cache saw, so a concurrent change fails with 422 (and
 // is retried from a fresh cache) instead of being overwritten.

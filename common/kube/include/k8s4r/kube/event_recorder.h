@@ -2,9 +2,9 @@
 // client-go's EventRecorder: record() returns at once and a thread of the
 // recorder creates the Event, so a slow API server never holds up a
 // decision. The same event (object uid, reason and message) recorded twice
-// is one Event: its name is a hash of them, and a second create is taken as
-// done. At most `max_pending` Events wait; beyond that they are dropped and
-// counted, as client-go's broadcaster drops under load.
+// is one Event: its name is a hash of them, a repeat of one of the last
+// 16,384 is not sent, and a create that finds the name taken is done. At most `max_pending` Events wait; beyond that
+// they are dropped and counted, as client-go's broadcaster drops under load.
 //
 // Threading: every method may be called from any thread.
 #pragma once
@@ -20,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 
 namespace k8s4r::kube {
 
@@ -55,6 +56,9 @@ class EventRecorder {
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<nlohmann::json> pending_;
+  static constexpr std::size_t kRemembered = 16384;
+  std::unordered_set<std::string> recent_;  // names of the last kRemembered Events recorded
+  std::deque<std::string> recent_order_;
   bool stopping_ = false;
   std::atomic<std::uint64_t> created_{0}, dropped_{0};
   std::thread thread_;

@@ -10,9 +10,13 @@
 // - Every write is an update conditional on the resourceVersion read, so two
 //   candidates cannot both take the Lease: one gets 409 Conflict.
 // - The leader renews every retry_period; when it has not renewed for
-//   renew_deadline, it stops leading (on_stopped_leading) and never leads
-//   again in this process: like controller-runtime, the daemon exits and its
-//   supervisor starts it afresh, with empty caches and no half-done work.
+//   renew_deadline (counted from before each request), it stops leading
+//   (on_stopped_leading) and never leads again in this process: like
+//   controller-runtime, the daemon exits and its supervisor starts it
+//   afresh, with empty caches and no half-done work.
+// - The client given should make one attempt per request, with a timeout
+//   below the renew deadline (lease_client_config), so an API server that
+//   stalls cannot hold the elector past it.
 // - stop() then release() (on a clean shutdown) gives the Lease up at once (holder
 //   emptied, leaseDurationSeconds 1), so a follower takes over within a
 //   retry_period instead of a lease_duration.
@@ -46,6 +50,11 @@ struct LeaderElectionConfig {
   std::function<void(const std::string& holder)> on_new_leader;
 };
 
+// `base` for the elector's own client: one attempt per request, and a
+// request timeout of the retry period (at least a second), as client-go's
+// elector bounds each try by its renew deadline.
+ClientConfig lease_client_config(ClientConfig base, std::chrono::nanoseconds retry_period);
+
 class LeaderElector {
  public:
   LeaderElector(Client& client, LeaderElectionConfig config);
@@ -76,7 +85,7 @@ class LeaderElector {
   // What this candidate last saw of the Lease, and when (monotonic).
   std::string observed_record_, observed_version_, observed_holder_;
   std::chrono::steady_clock::time_point observed_at_{};
-  std::chrono::steady_clock::time_point last_renewed_{};
+  std::chrono::steady_clock::time_point last_renewed_{}, acquired_at_{};
   std::mutex mutex_;
   std::condition_variable wake_;
   std::thread thread_;
