@@ -59,6 +59,7 @@ TEST(ConnectOptions, VerifyTheServerOfATlsBroker) {
     EXPECT_TRUE(is_tls_url(url));
     const auto options = make_connect_options(settings);
     EXPECT_TRUE(options.get_ssl_options().get_enable_server_cert_auth()) << url;
+    EXPECT_TRUE(options.get_ssl_options().get_verify()) << url;  // the host name checked too
     EXPECT_EQ(options.get_ssl_options().get_trust_store(), "/etc/k8s4r/ca.pem") << url;
   }
   EXPECT_FALSE(is_tls_url("tcp://broker:1883"));

@@ -1,0 +1,76 @@
+"""The agent and a broker over TLS: it connects to a broker whose certificate its CA signed for the host it dials,
+and to no other — a certificate for another host, or one another CA signed, is refused however valid."""
+import pathlib
+import subprocess
+import types
+
+import pytest
+
+from agent_support import AgentProcess, ROBOT
+from conftest import Broker, Observer, free_port, make_tls_files, wait_until
+
+
+def certificate_for(tls, name, san):
+    """A server certificate signed by the test CA in `tls`, for `san` ("DNS:other.example")."""
+    directory = tls["directory"]
+
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+    (pathlib.Path(directory) / f"{name}.ext").write_text(f"subjectAltName={san}\n")
+    run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+        f"{name}.crt", "-days", "1", "-extfile", f"{name}.ext")
+    return {"cert": f"{directory}/{name}.crt", "key": f"{directory}/{name}.key"}
+
+
+def tls_broker(tmp_path, tls, cert, key):
+    """A Mosquitto with its plain listener (for the test's observer) and a TLS one. It reads the certificates as
+    root: started as root it would otherwise drop to its own user first and find the test's files unreadable."""
+    port = free_port()
+    broker = Broker(tmp_path / "broker", f"user root\nlistener {port} 127.0.0.1\ncafile {tls['ca']}\n"
+                                         f"certfile {cert}\nkeyfile {key}\n")
+    broker.tls_url = f"ssl://127.0.0.1:{port}"
+    return broker
+
+
+@pytest.fixture
+def tls(tmp_path):
+    return make_tls_files(tmp_path / "tls")
+
+
+def test_an_agent_connects_over_tls_to_a_broker_its_ca_signed_for_this_host(tmp_path, tls):
+    broker = tls_broker(tmp_path, tls, tls["cert"], tls["key"])
+    observer = Observer(broker)
+    agent = AgentProcess(types.SimpleNamespace(url=broker.tls_url), tmp_path / "work", extra=["--ca-file", tls["ca"]])
+    try:
+        agent.start()
+        observer.wait_for(f"k8s4r/robots/{ROBOT}/presence", lambda m: m["online"], 20)
+    finally:
+        agent.cleanup()
+        observer.close()
+        broker.stop()
+
+
+@pytest.mark.parametrize("trouble", ["another host", "another CA"])
+def test_an_agent_refuses_a_broker_certificate_for_another_host_or_from_another_ca(tmp_path, tls, trouble):
+    if trouble == "another host":
+        # Signed by the agent's own CA, valid, but for another name than the 127.0.0.1 it dials: a certificate
+        # anyone with a certificate from that CA (or, with the system's store, from any public CA) could show.
+        served = certificate_for(tls, "elsewhere", "DNS:other.example")
+        ca = tls["ca"]
+    else:
+        served = {"cert": tls["cert"], "key": tls["key"]}
+        ca = make_tls_files(tmp_path / "other-ca")["ca"]
+    broker = tls_broker(tmp_path, tls, served["cert"], served["key"])
+    observer = Observer(broker)
+    agent = AgentProcess(types.SimpleNamespace(url=broker.tls_url), tmp_path / "work", extra=["--ca-file", ca])
+    try:
+        agent.start()
+        # It tries, is refused, and tries again: judged after two refusals, not after a fixed wait.
+        wait_until(lambda: agent.log_text().count("cannot connect to ssl://") >= 2, 30, "two refused connections")
+        assert not observer.on(f"k8s4r/robots/{ROBOT}/presence"), agent.log_text()[-2000:]
+        assert agent.running()  # refused, retrying, not dead
+    finally:
+        agent.cleanup()
+        observer.close()
+        broker.stop()
