@@ -251,3 +251,22 @@ def test_a_go_k8s4r_robot_runs_a_jobs_tasks_and_is_never_taken_for_losing_them(s
         assert "runningTasks" not in get(sim, "robot", "go-robot")["status"]
     finally:
         go.stop()
+
+
+def test_a_task_no_robot_fits_waits_pending_saying_why_and_runs_once_one_does(sim, robots, manager_factory):
+    manager_factory().start()
+    robots("robot-a", "zone=lab-a")
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+    apply(sim, job("patient", [group("g", 1, "echo at last", [zone_is("lab-z")])]))
+
+    def status():
+        tasks = tasks_of_job(sim, "patient")
+        return tasks[0].get("status", {}) if tasks else {}
+    wait_until(lambda: status().get("state") == "pending", 20, "the task to wait")
+    assert status()["message"] == "no robot fits: 1 robot: 1 does not satisfy ${meta.zone} = lab-z", status()
+    events = sim.kubectl("get", "events", "--field-selector", "involvedObject.name=patient-g-r0-work").stdout
+    assert "FailedScheduling" in events, events
+    robots("robot-z", "zone=lab-z")  # a robot that fits joins
+    finished = wait_job(sim, "patient", "completed", 60)
+    assert finished["status"]["succeededTasks"] == 1
+    assert tasks_of_job(sim, "patient")[0]["spec"]["targetRobot"] == "robot-z"
