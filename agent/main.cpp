@@ -51,6 +51,8 @@ int main(int argc, char** argv) {
       encode(Presence{config.robot_id, false,
                       std::chrono::time_point_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now())});
   settings.ca_file = config.ca_file;
+  settings.cert_file = config.cert_file;
+  settings.key_file = config.key_file;
 
   try {
     daemon::EventLoop loop;

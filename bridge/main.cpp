@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
         settings.password.pop_back();
     }
     settings.ca_file = config.ca_file;
+    settings.cert_file = config.cert_file;
+    settings.key_file = config.key_file;
 
     const daemon::Systemd systemd = daemon::systemd();
     daemon::Metrics metrics;

@@ -2,6 +2,7 @@
 
 #include "k8s4r/common/identifiers.h"
 #include "k8s4r/daemon/config_loader.h"
+#include "k8s4r/mqtt/connect_options.h"
 
 namespace k8s4r::bridge {
 
@@ -35,6 +36,10 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.password_file); }},
       {"ca-file", "PEM CA bundle to verify an ssl:// broker (default: the system's)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.ca_file); }},
+      {"cert-file", "PEM client certificate for a broker that asks for one (mutual TLS; with key-file)",
+       [&c](const std::string& v) { return daemon::parse_existing_file(v, c.cert_file); }},
+      {"key-file", "PEM private key of cert-file",
+       [&c](const std::string& v) { return daemon::parse_existing_file(v, c.key_file); }},
       {"kubeconfig", "kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.kubeconfig); }},
       {"namespace", "namespace of the Robots and Tasks (default: the kubeconfig context's)",
@@ -76,6 +81,8 @@ BridgeConfigOutcome parse_bridge_config(const std::vector<std::string>& args,
       daemon::load_settings(program, settings(config), args, env, [&](std::vector<std::string>& errors) {
         if (config.broker_url.empty())
           errors.push_back("broker-url is required (--broker-url, K8S4R_BROKER_URL or the config file)");
+        for (std::string& error : mqtt::tls_setting_errors(config.broker_url, config.cert_file, config.key_file))
+          errors.push_back(std::move(error));
       });
   if (!outcome.run) return {std::nullopt, outcome.output, outcome.exit_code};
   config.config_file = outcome.config_file;

@@ -7,7 +7,7 @@ import types
 import pytest
 
 from agent_support import AgentProcess, ROBOT
-from conftest import Broker, Observer, free_port, make_tls_files, wait_until
+from conftest import Broker, Observer, binary, free_port, make_tls_files, wait_until
 
 
 def certificate_for(tls, name, san):
@@ -74,3 +74,42 @@ def test_an_agent_refuses_a_broker_certificate_for_another_host_or_from_another_
         agent.cleanup()
         observer.close()
         broker.stop()
+
+
+def test_a_broker_that_asks_for_a_client_certificate_takes_the_agent_with_one_and_refuses_it_without(tmp_path, tls):
+    """Mutual TLS: the broker requires a certificate its CA signed; the agent shows one with --cert-file and
+    --key-file, and without them is refused (and keeps retrying)."""
+    client = certificate_for(tls, "robot-1", "DNS:robot-1")
+    port = free_port()
+    broker = Broker(tmp_path / "broker", f"user root\nlistener {port} 127.0.0.1\ncafile {tls['ca']}\n"
+                                         f"certfile {tls['cert']}\nkeyfile {tls['key']}\nrequire_certificate true\n")
+    url = types.SimpleNamespace(url=f"ssl://127.0.0.1:{port}")
+    observer = Observer(broker)
+    agents = []
+    try:
+        without = AgentProcess(url, tmp_path / "work-without", "robot-2", ["--ca-file", tls["ca"]])
+        agents.append(without)
+        without.start()
+        wait_until(lambda: without.log_text().count("cannot connect to ssl://") >= 2, 30, "two refused connections")
+        with_cert = AgentProcess(url, tmp_path / "work-with", ROBOT,
+                                 ["--ca-file", tls["ca"], "--cert-file", client["cert"], "--key-file", client["key"]])
+        agents.append(with_cert)
+        with_cert.start()
+        observer.wait_for(f"k8s4r/robots/{ROBOT}/presence", lambda m: m["online"], 20)
+        assert not observer.on("k8s4r/robots/robot-2/presence")
+    finally:
+        for agent in agents:
+            agent.cleanup()
+        observer.close()
+        broker.stop()
+
+
+def test_a_client_certificate_for_a_plain_tcp_broker_is_a_configuration_error(tmp_path, tls):
+    """Never a silent downgrade: the agent refuses to start rather than drop the certificate it was given."""
+    client = certificate_for(tls, "robot-1", "DNS:robot-1")
+    result = subprocess.run([binary("k8s4r-agent"), "--broker-url", "tcp://127.0.0.1:1883", "--robot-id", ROBOT,
+                             "--work-dir", str(tmp_path / "work"), "--cert-file", client["cert"]],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    assert "cert-file and key-file go together" in result.stderr, result.stderr
+    assert "never sent over plain TCP" in result.stderr, result.stderr

@@ -66,5 +66,23 @@ TEST(ConnectOptions, VerifyTheServerOfATlsBroker) {
   EXPECT_FALSE(is_tls_url("mqtt://ssl://"));
 }
 
+TEST(ConnectOptions, AClientCertificateGoesWithItsKeyAndOnlyOverTls) {
+  LinkSettings settings = robot();
+  settings.broker_url = "ssl://broker:8883";
+  settings.cert_file = "/etc/k8s4r/robot.crt";
+  settings.key_file = "/etc/k8s4r/robot.key";
+  const auto options = make_connect_options(settings);
+  EXPECT_EQ(options.get_ssl_options().get_key_store(), "/etc/k8s4r/robot.crt");
+  EXPECT_EQ(options.get_ssl_options().get_private_key(), "/etc/k8s4r/robot.key");
+  EXPECT_TRUE(tls_setting_errors("ssl://broker:8883", "a.crt", "a.key").empty());
+  EXPECT_TRUE(tls_setting_errors("tcp://broker:1883", "", "").empty());
+  EXPECT_EQ(tls_setting_errors("ssl://broker:8883", "a.crt", "").size(), 1u);  // a certificate without its key
+  EXPECT_EQ(tls_setting_errors("ssl://broker:8883", "", "a.key").size(), 1u);
+  // Never a silent downgrade: a certificate for a plain TCP broker is an error, not ignored.
+  const auto plain = tls_setting_errors("tcp://broker:1883", "a.crt", "a.key");
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_NE(plain[0].find("never sent over plain TCP"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace k8s4r::mqtt

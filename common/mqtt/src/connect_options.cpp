@@ -6,6 +6,17 @@ bool is_tls_url(const std::string& broker_url) {
   return broker_url.rfind("ssl://", 0) == 0 || broker_url.rfind("mqtts://", 0) == 0;
 }
 
+std::vector<std::string> tls_setting_errors(const std::string& broker_url, const std::string& cert_file,
+                                            const std::string& key_file) {
+  std::vector<std::string> errors;
+  if (cert_file.empty() != key_file.empty())
+    errors.push_back("cert-file and key-file go together: a client certificate needs its private key");
+  if (!cert_file.empty() && !broker_url.empty() && !is_tls_url(broker_url))
+    errors.push_back("cert-file needs an ssl:// or mqtts:// broker-url, not " + broker_url +
+                     ": a client certificate is never sent over plain TCP");
+  return errors;
+}
+
 ::mqtt::connect_options make_connect_options(const LinkSettings& settings) {
   // Set in place rather than through connect_options_builder: Paho C++ 1.2's
   // builder copies leave the CONNECT properties pointing into a destroyed
@@ -29,6 +40,8 @@ bool is_tls_url(const std::string& broker_url) {
     // system's store, one for any site at all.
     ssl.set_verify(true);
     if (!settings.ca_file.empty()) ssl.set_trust_store(settings.ca_file);
+    if (!settings.cert_file.empty()) ssl.set_key_store(settings.cert_file);
+    if (!settings.key_file.empty()) ssl.set_private_key(settings.key_file);
     options.set_ssl(std::move(ssl));
   }
   ::mqtt::properties properties;

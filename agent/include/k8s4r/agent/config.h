@@ -23,6 +23,7 @@ struct AgentConfig {
   std::string robot_id;                     // robot-id (required): a DNS-1123 label
   std::string token;                        // token: in register and heartbeat, and the MQTT password
   std::string ca_file;                      // ca-file: CA bundle for ssl:// brokers
+  std::string cert_file, key_file;          // cert-file, key-file: client certificate (mutual TLS)
   std::string work_dir = "/var/lib/k8s4r";  // work-dir: journal, report queue, task directories
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(30);   // heartbeat-interval (Go duration)
   std::map<std::string, std::string> labels;                                // labels: k=v,k2=v2

@@ -18,6 +18,7 @@ struct BridgeConfig {
   std::string username;                    // mqtt-username
   std::string password_file;               // mqtt-password-file: never the password itself in a flag
   std::string ca_file;                     // ca-file: for ssl:// brokers
+  std::string cert_file, key_file;         // cert-file, key-file: client certificate (mutual TLS)
   std::string kubeconfig;                  // kubeconfig: empty: $KUBECONFIG, in-cluster, ~/.kube/config
   std::string namespace_;                  // namespace: of Robots and Tasks; empty: the kubeconfig's
   std::string metrics_bind_address = "127.0.0.1:9090";  // metrics-bind-address: /metrics, /healthz, /readyz

@@ -1,7 +1,8 @@
 // The MQTT 5 CONNECT a daemon sends, built from its LinkSettings: a
 // persistent session (clean start off, the session expiry), the keep-alive,
-// credentials when set, the last will (QoS 1, retained) when set, and server
-// verification for ssl:// and mqtts:// brokers. Paho's automatic reconnect
+// credentials when set, the last will (QoS 1, retained) when set, and for
+// ssl:// and mqtts:// brokers server verification (the chain and the host
+// name) and the client certificate when set. Paho's automatic reconnect
 // stays off: the daemon decides when to reconnect, so the first connection
 // and every later one follow the same backoff.
 //
@@ -13,11 +14,20 @@
 
 #include <mqtt/connect_options.h>
 
+#include <string>
+#include <vector>
+
 namespace k8s4r::mqtt {
 
 ::mqtt::connect_options make_connect_options(const LinkSettings& settings);
 
 // Whether a broker URL asks for TLS (ssl:// or mqtts://).
 bool is_tls_url(const std::string& broker_url);
+
+// What is wrong with a daemon's TLS settings, for its config validation: a
+// certificate without its key (or the reverse), a certificate for a plain
+// tcp:// broker.
+std::vector<std::string> tls_setting_errors(const std::string& broker_url, const std::string& cert_file,
+                                            const std::string& key_file);
 
 }  // namespace k8s4r::mqtt

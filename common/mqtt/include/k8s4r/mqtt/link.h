@@ -58,6 +58,9 @@ struct LinkSettings {
   // QoS 1 messages sent to it while it is away, for this long.
   std::chrono::seconds session_expiry{24 * 3600};
   std::string ca_file;  // for ssl:// brokers; empty: the system's CAs
+  // A client certificate and its private key (PEM), for a broker that asks
+  // for one (mutual TLS); empty: none.
+  std::string cert_file, key_file;
 };
 
 // Throws std::invalid_argument for a URL or client id Paho refuses (startup).
