@@ -5,6 +5,7 @@
 #include "k8s4r/agent/config.h"
 #include "k8s4r/common/messages.h"
 #include "k8s4r/common/topics.h"
+#include "k8s4r/daemon/config_loader.h"
 #include "k8s4r/daemon/event_loop.h"
 #include "k8s4r/daemon/process_glue.h"
 #include "k8s4r/mqtt/link.h"
@@ -19,10 +20,7 @@ int main(int argc, char** argv) {
   using namespace k8s4r;
   using namespace k8s4r::agent;
 
-  const auto outcome = parse_agent_config(std::vector<std::string>(argv + 1, argv + argc), [](const std::string& name) {
-    const char* value = std::getenv(name.c_str());
-    return std::string(value ? value : "");
-  });
+  const auto outcome = parse_agent_config(std::vector<std::string>(argv + 1, argv + argc), daemon::process_environment);
   if (!outcome.config) {
     (outcome.exit_code == 0 ? std::cout : std::cerr) << outcome.output;
     return outcome.exit_code;

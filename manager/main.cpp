@@ -4,6 +4,7 @@
 // k8s4r::manager::Manager's controllers while it leads. SIGTERM and SIGINT
 // stop it cleanly (the Lease is given up); losing the Lease ends the
 // process with status 1, so its supervisor starts it afresh.
+#include "k8s4r/daemon/config_loader.h"
 #include "k8s4r/daemon/event_loop.h"
 #include "k8s4r/daemon/health_server.h"
 #include "k8s4r/daemon/process_glue.h"
@@ -24,10 +25,7 @@ int main(int argc, char** argv) {
   using namespace k8s4r::manager;
 
   const auto outcome =
-      parse_manager_config(std::vector<std::string>(argv + 1, argv + argc), [](const std::string& name) {
-        const char* value = std::getenv(name.c_str());
-        return std::string(value ? value : "");
-      });
+      parse_manager_config(std::vector<std::string>(argv + 1, argv + argc), daemon::process_environment);
   if (!outcome.config) {
     (outcome.exit_code == 0 ? std::cout : std::cerr) << outcome.output;
     return outcome.exit_code;
@@ -37,9 +35,7 @@ int main(int argc, char** argv) {
   daemon::StopSignals stop_signals;  // before any thread starts
 
   try {
-    kube::ConfigSources sources = kube::sources_from_environment();
-    if (!config.kubeconfig.empty()) sources.kubeconfig_flag = config.kubeconfig;
-    auto kube_config = kube::load_client_config(sources);
+    auto kube_config = kube::load_client_config(config.kubeconfig);
     if (!kube_config) throw std::runtime_error("Kubernetes configuration: " + kube_config.error().to_string());
     spdlog::info("Kubernetes API {} (from {})", kube_config.value().server, kube_config.value().source);
     kube::Client client(kube_config.value());

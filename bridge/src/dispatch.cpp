@@ -231,9 +231,10 @@ void Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vec
     const kube::ObjectPtr task = tasks_->get_by_uid(uid);
     if (!task) continue;
     const crd::TaskView view = crd::read_task(*task);
+    if (view.target_robot != robot_id) continue;  // another robot's Task: not this one's to stop, nor to remember
     TaskMemory& memory = task_memory_[uid];
     const auto state = memory.applied.state_or(view);
-    if (!state || !crd::is_terminal(*state) || view.target_robot != robot_id) continue;
+    if (!state || !crd::is_terminal(*state)) continue;
     if (memory.orphan_stop_at && steady_now - *memory.orphan_stop_at < config_.dispatch_resend_after) continue;
     auto topic = topics::dispatch(robot_id);
     if (!topic) continue;

@@ -202,7 +202,7 @@ Manager::Outcome Manager::reconcile_group(const std::string& key) {
   // eligible); the policy's delay still applies.
   if (policy && system) policy.value().unlimited = true;
   auto needs = replica_needs(*job, *group);
-  auto checked = tasks_of(*group);
+  auto checked = check_task_group(*group);  // not tasks_of: a pass must not build every Task of a big group
   std::optional<Error> invalid;
   if (!policy) invalid = policy.error().within("spec.reschedulePolicy");
   if (!needs) invalid = needs.error();

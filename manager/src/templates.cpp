@@ -161,19 +161,24 @@ Result<std::vector<json>> replica_tasks(const json& task_group, const Replica& r
   return out;
 }
 
-Result<std::vector<json>> tasks_of(const json& task_group) {
+Result<void> check_task_group(const json& task_group) {
   const json& count = crd::value_at(task_group, {"spec", "count"});
   if (!count.is_number_integer() || count.get<long long>() < 0 || count.get<long long>() > 10000) {
     return Error{"spec.count", "must be a whole number from 0 to 10000"};
   }
+  // Every replica is made from the same templates: one tells for all.
+  if (auto checked = replica_tasks(task_group, Replica::numbered(0)); !checked) return checked.error();
+  return ok();
+}
+
+Result<std::vector<json>> tasks_of(const json& task_group) {
+  if (auto checked = check_task_group(task_group); !checked) return checked.error();
+  const json& count = crd::value_at(task_group, {"spec", "count"});
   std::vector<json> out;
   for (long long replica = 0; replica < count.get<long long>(); ++replica) {
     auto tasks = replica_tasks(task_group, Replica::numbered(replica));
     if (!tasks) return tasks.error();
     for (json& task : tasks.value()) out.push_back(std::move(task));
-  }
-  if (count.get<long long>() == 0) {
-    if (auto checked = replica_tasks(task_group, Replica::numbered(0)); !checked) return checked.error();
   }
   return out;
 }

@@ -4,12 +4,18 @@
 
 #include <yaml-cpp/yaml.h>
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 
 #include <cctype>
 #include <filesystem>
 #include <set>
 
 namespace k8s4r::daemon {
+
+std::string process_environment(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  return value ? value : "";
+}
 
 std::string env_name(const std::string& setting_name) {
   std::string upper = "K8S4R_";

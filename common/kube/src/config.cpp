@@ -143,6 +143,12 @@ Result<ClientConfig> in_cluster(const ConfigSources& sources) {
 
 }  // namespace
 
+Result<ClientConfig> load_client_config(const std::string& kubeconfig_flag) {
+  ConfigSources sources = sources_from_environment();
+  if (!kubeconfig_flag.empty()) sources.kubeconfig_flag = kubeconfig_flag;
+  return load_client_config(sources);
+}
+
 Result<ClientConfig> load_client_config(const ConfigSources& sources) {
   ClientConfig config;
   std::string kubeconfig = sources.kubeconfig_flag;

@@ -54,6 +54,10 @@ struct Replica {
 Result<std::vector<nlohmann::json>> replica_tasks(const nlohmann::json& task_group, const Replica& replica,
                                                   int attempt = 0);
 
+// Whether a TaskGroup's Tasks can be made (its count, its task templates),
+// without making them all.
+Result<void> check_task_group(const nlohmann::json& task_group);
+
 // The Tasks a TaskGroup asks for, replica by replica (spec.count of them).
 Result<std::vector<nlohmann::json>> tasks_of(const nlohmann::json& task_group);
 

@@ -60,6 +60,10 @@ LoadOutcome load_settings(const Program& program, const std::vector<Setting>& se
 // K8S4R_ + the name in upper case with '-' as '_'.
 std::string env_name(const std::string& setting_name);
 
+// A variable of this process's environment, "" when unset: what every
+// daemon's main() hands its config parser.
+std::string process_environment(const std::string& name);
+
 // The value checks the daemons share; each names what it expected.
 ApplyResult parse_positive_duration(const std::string& text, std::chrono::nanoseconds& target);
 ApplyResult parse_positive_size(const std::string& text, std::size_t& target);

@@ -48,6 +48,9 @@ struct ConfigSources {
 ConfigSources sources_from_environment();
 
 Result<ClientConfig> load_client_config(const ConfigSources& sources);
+// A daemon's configuration: the environment's sources, with its
+// --kubeconfig (when not empty) first.
+Result<ClientConfig> load_client_config(const std::string& kubeconfig_flag);
 
 // A kubeconfig file's current context.
 Result<ClientConfig> load_kubeconfig(const std::string& path);
