@@ -242,14 +242,20 @@ TEST(AgainstKubeSim, InformerAndClientRideOutServerErrorsAndThrottling) {
   patient.max_attempts = 20;
   Client writer(patient);
   // A POST is retried only where the server cannot have acted on it: 429.
-  sim.admin("faults", {{"errorRate", 0.5}, {"errorCode", 429}, {"retryAfterSeconds", 0}});
+  // The informer's watch is open and asks nothing now, so the two forced
+  // failures land on the writer's first create; the random ones on anyone.
+  ASSERT_TRUE(sim.process.wait_for_watches(1));
+  sim.admin("faults", {{"failNext", 2}, {"errorRate", 0.5}, {"errorCode", 429}, {"retryAfterSeconds", 0}});
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(writer.create(kTasks, "default", task_json("e" + std::to_string(i))));
   sim.admin("close-watches");
-  sim.admin("faults", {{"errorCode", 500}});  // PATCH, idempotent, rides out 500s too
+  const auto retries_after_creates = writer.stats().retries;
+  EXPECT_GE(retries_after_creates, 2u);
+  ASSERT_TRUE(sim.process.wait_for_watches(1));                // the informer's new watch is open and asks nothing more
+  sim.admin("faults", {{"failNext", 2}, {"errorCode", 500}});  // PATCH, idempotent, rides out 500s too
   for (int i = 0; i < 5; ++i)
     ASSERT_TRUE(writer.merge_patch(kTasks, "default", "e" + std::to_string(i), {{"spec", {{"user", "x"}}}}));
   sim.admin("close-watches");
-  EXPECT_GT(writer.stats().retries, 0u);
+  EXPECT_GE(writer.stats().retries, retries_after_creates + 2);
   sim.admin("faults", {{"errorRate", 0}});
   EXPECT_TRUE(eventually([&] { return cache_state(informer) == server_state(client); }));
   EXPECT_EQ(recorder.duplicates(), 0u);

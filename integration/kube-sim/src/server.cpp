@@ -560,13 +560,20 @@ void Server::Impl::unpause() {
 
 std::optional<ApiResponse> Server::Impl::injected_error() {
   Faults current;
+  bool forced = false;
   {
     std::lock_guard lock(faults_mutex);
     current = faults;
+    if (faults.fail_next > 0) {
+      --faults.fail_next;
+      forced = true;
+    }
   }
-  if (current.error_rate <= 0) return std::nullopt;
-  thread_local std::mt19937 random{std::random_device{}()};
-  if (std::uniform_real_distribution<double>(0, 1)(random) >= current.error_rate) return std::nullopt;
+  if (!forced) {
+    if (current.error_rate <= 0) return std::nullopt;
+    thread_local std::mt19937 random{std::random_device{}()};
+    if (std::uniform_real_distribution<double>(0, 1)(random) >= current.error_rate) return std::nullopt;
+  }
   if (current.error_code == 429) {
     return ApiResponse{429,
                        status_body(429, "TooManyRequests",
@@ -589,6 +596,7 @@ ApiResponse Server::Impl::admin(const std::string& method, const std::string& pa
     std::lock_guard lock(faults_mutex);
     body["faults"] = {{"latencyMs", faults.latency.count()},
                       {"errorRate", faults.error_rate},
+                      {"failNext", faults.fail_next},
                       {"errorCode", faults.error_code},
                       {"retryAfterSeconds", faults.retry_after_seconds},
                       {"paused", faults.paused}};
@@ -602,16 +610,18 @@ ApiResponse Server::Impl::admin(const std::string& method, const std::string& pa
       return !body.contains(key) || (integer ? body[key].is_number_integer() : body[key].is_number());
     };
     if (!number("latencyMs", true) || !number("errorRate", false) || !number("errorCode", true) ||
+        !number("failNext", true) || (body.contains("failNext") && body["failNext"].get<long long>() < 0) ||
         !number("retryAfterSeconds", true) || !number("dropWatchEvents", true) ||
         (body.contains("paused") && !body["paused"].is_boolean())) {
       return bad_request(
-          "faults: latencyMs, errorCode, retryAfterSeconds and dropWatchEvents are integers, errorRate a number, "
-          "paused a boolean");
+          "faults: latencyMs, errorCode, retryAfterSeconds and dropWatchEvents are integers, failNext a non-negative "
+          "integer, errorRate a number, paused a boolean");
     }
     {
       std::lock_guard lock(faults_mutex);
       if (body.contains("latencyMs")) faults.latency = std::chrono::milliseconds(body["latencyMs"].get<long long>());
       if (body.contains("errorRate")) faults.error_rate = body["errorRate"].get<double>();
+      if (body.contains("failNext")) faults.fail_next = body["failNext"].get<std::uint64_t>();
       if (body.contains("errorCode")) faults.error_code = body["errorCode"].get<int>();
       if (body.contains("retryAfterSeconds")) faults.retry_after_seconds = body["retryAfterSeconds"].get<int>();
       if (body.contains("paused")) faults.paused = body["paused"].get<bool>();

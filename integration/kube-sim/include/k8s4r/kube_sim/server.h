@@ -24,6 +24,7 @@ namespace k8s4r::kube_sim {
 struct Faults {
   std::chrono::milliseconds latency{0};
   double error_rate = 0;        // share of API requests answered with error_code
+  std::uint64_t fail_next = 0;  // the next this many API requests are answered with error_code, whatever the rate
   int error_code = 500;         // 500 or 429
   int retry_after_seconds = 1;  // sent with 429
   bool paused = false;          // requests wait until unpaused
