@@ -9,6 +9,7 @@
 #include "k8s4r/daemon/event_loop.h"
 #include "k8s4r/daemon/process_glue.h"
 #include "k8s4r/mqtt/link.h"
+#include "k8s4r/mqtt/tls_check.h"
 
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>
@@ -51,6 +52,8 @@ int main(int argc, char** argv) {
   settings.ca_file = config.ca_file;
   settings.cert_file = config.cert_file;
   settings.key_file = config.key_file;
+  for (const std::string& warning : mqtt::tls_file_warnings({config.ca_file, config.cert_file, config.key_file}))
+    spdlog::warn("{}", warning);
 
   try {
     daemon::EventLoop loop;

@@ -151,7 +151,7 @@ class Bench:
         self.stopping.append(self.bridge.stop)
         self.bridge_pid = self.bridge.process.pid
         self.subscriber = Lines([str(self.args.bin / "robot_fleet"), "--broker", f"127.0.0.1:{self.broker.port}",
-                                 "--count-topic", "k8s4r/heartbeat"], self.log)
+                                 "--count-topic", "k8s4r/robots/+/heartbeat"], self.log)
         self.stopping.append(self.subscriber.stop)
 
     def stop(self):

@@ -137,7 +137,7 @@ class Fleet {
             {"robotId", robot.id},           {"token", "token-" + robot.id},     {"agentVersion", "bench"},
             {"labels", {{"zone", "bench"}}}, {"deviceInfo", device_info(robot)}, {"runningTasks", json::array()},
             {"timestamp", rfc3339_now()}};
-        publish(robot, "k8s4r/register", message.dump(), false);
+        publish(robot, "k8s4r/robots/" + robot.id + "/register", message.dump(), false);
         ++register_messages_;
         if ((&robot - robots_.data()) % 256 == 255) poll_once(0);
       }
@@ -159,7 +159,7 @@ class Fleet {
         Robot& robot = robots_[next];
         next = (next + 1) % robots_.size();
         if (robot.inflight > 0) continue;
-        publish(robot, "k8s4r/heartbeat", heartbeat(robot), false);
+        publish(robot, "k8s4r/robots/" + robot.id + "/heartbeat", heartbeat(robot), false);
         ++sent;
       }
       poll_once(rate > 0 ? 1 : 0);

@@ -10,13 +10,12 @@
 #include "k8s4r/daemon/process_glue.h"
 #include "k8s4r/kube/config.h"
 #include "k8s4r/mqtt/link.h"
+#include "k8s4r/mqtt/tls_check.h"
 
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 int main(int argc, char** argv) {
   using namespace k8s4r;
@@ -43,17 +42,12 @@ int main(int argc, char** argv) {
     settings.broker_url = config.broker_url;
     settings.client_id = config.client_id;
     settings.username = config.username;
-    if (!config.password_file.empty()) {
-      std::ifstream file(config.password_file);
-      std::stringstream text;
-      text << file.rdbuf();
-      settings.password = text.str();
-      while (!settings.password.empty() && (settings.password.back() == '\n' || settings.password.back() == '\r'))
-        settings.password.pop_back();
-    }
+    settings.password = config.password;
     settings.ca_file = config.ca_file;
     settings.cert_file = config.cert_file;
     settings.key_file = config.key_file;
+    for (const std::string& warning : mqtt::tls_file_warnings({config.ca_file, config.cert_file, config.key_file}))
+      spdlog::warn("{}", warning);
 
     const daemon::Systemd systemd = daemon::systemd();
     daemon::Metrics metrics;

@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import ssl
 import subprocess
 import time
@@ -209,11 +210,14 @@ class Broker:
         # set_tcp_nodelay and max_queued_messages as docs/bridge.md recommends: without them Nagle's algorithm
         # holds a dispatch up to 40 ms behind an unacknowledged packet, and a burst of more than 1,000 reports
         # is dropped for the bridge.
-        self.config.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n"
-                               "max_queued_messages 100000\n" + extra_config)
+        self.config.write_text(f"listener {self.port} 127.0.0.1\n" + self.listener_config() +
+                               "set_tcp_nodelay true\nmax_queued_messages 100000\n" + extra_config)
         self.url = f"tcp://127.0.0.1:{self.port}"
         self.process = None
         self.start()
+
+    def listener_config(self):
+        return "allow_anonymous true\n"
 
     def start(self):
         import socket
@@ -236,12 +240,51 @@ class Broker:
             self.log.close()
         self.process = None
 
+    def log_text(self):
+        return (self.workdir / "mosquitto.log").read_text(errors="replace")
+
+
+DEPLOY_ACL = pathlib.Path(__file__).resolve().parent.parent / "deploy" / "mosquitto" / "k8s4r.acl"
+
+
+class SecureBroker(Broker):
+    """Mosquitto as docs/security.md sets it up: TLS only, no anonymous clients, one user per robot (its robot id
+    and token in a password file), and the per-robot ACL of deploy/mosquitto/k8s4r.acl. It runs as root so it can
+    read the test's files (started as root it would otherwise drop to its own user first, and find them unreadable),
+    and logs every decision, denials included."""
+
+    def __init__(self, workdir, tls, users, acl_file=DEPLOY_ACL, extra_config=""):
+        self.tls, self.ca = tls, tls["ca"]
+        self.passwords = pathlib.Path(workdir) / "passwd"
+        self.acl_file = acl_file
+        pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
+        for user, password in users.items():
+            self.set_password(user, password)
+        super().__init__(workdir, "user root\nlog_type all\n" + extra_config)
+        self.url = f"ssl://127.0.0.1:{self.port}"
+
+    def listener_config(self):
+        return (f"cafile {self.tls['ca']}\ncertfile {self.tls['cert']}\nkeyfile {self.tls['key']}\n"
+                f"allow_anonymous false\npassword_file {self.passwords}\nacl_file {self.acl_file}\n")
+
+    def set_password(self, user, password):
+        create = [] if self.passwords.exists() else ["-c"]
+        subprocess.run(["mosquitto_passwd", *create, "-b", str(self.passwords), user, password], check=True,
+                       capture_output=True)
+
+    def remove_user(self, user):
+        subprocess.run(["mosquitto_passwd", "-D", str(self.passwords), user], check=True, capture_output=True)
+
+    def reload(self):
+        """SIGHUP: Mosquitto reads the password and ACL files again."""
+        self.process.send_signal(signal.SIGHUP)
+
 
 class Observer:
     """An MQTT client that records every message on its subscriptions, as an
     operator's `mosquitto_sub -v -t 'k8s4r/#'` would, and can publish."""
 
-    def __init__(self, broker, topics=("k8s4r/#",), client_id=""):
+    def __init__(self, broker, topics=("k8s4r/#",), client_id="", username=None, password=None):
         import threading
         import paho.mqtt.client as mqtt
         self.messages = []  # (topic, payload bytes, retain)
@@ -251,10 +294,22 @@ class Observer:
         self.client = mqtt.Client(client_id=client_id, clean_session=True)
         self.topics = topics
 
+        self.connect_rc = None
+        self.granted = {}  # topic -> the QoS the broker granted, or 128 when it refused
+        pending = {}
+
         def on_connect(client, userdata, flags, rc):
+            self.connect_rc = rc
             for topic in self.topics:
-                client.subscribe(topic, qos=1)
-            self.connected.set()
+                result, mid = client.subscribe(topic, qos=1)
+                pending[mid] = topic
+            if not self.topics or rc != 0:
+                self.connected.set()
+
+        def on_subscribe(client, userdata, mid, granted_qos):
+            self.granted[pending.pop(mid, "")] = granted_qos[0]
+            if not pending:
+                self.connected.set()  # connected and subscribed: nothing published from now on is missed
 
         def on_message(client, userdata, message):
             with self.lock:
@@ -262,11 +317,15 @@ class Observer:
                 self.arrivals.append((message.topic, time.monotonic()))
 
         self.client.on_connect = on_connect
+        self.client.on_subscribe = on_subscribe
         self.client.on_message = on_message
+        if username:
+            self.client.username_pw_set(username, password)
+        if getattr(broker, "ca", None):  # a SecureBroker: TLS, its certificate checked against the test CA
+            self.client.tls_set(ca_certs=broker.ca)
         self.client.connect("127.0.0.1", broker.port)
         self.client.loop_start()
-        assert self.connected.wait(10), "observer did not connect"
-        time.sleep(0.1)  # let the SUBACK arrive
+        assert self.connected.wait(10), "observer did not connect and subscribe"
 
     def close(self):
         self.client.loop_stop()

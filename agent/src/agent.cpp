@@ -369,7 +369,9 @@ void Agent::send_register() {
     if (task.last_report) entry.state = task.last_report->state;
     message.running_tasks.push_back(entry);
   }
-  link_->publish(std::string(topics::kRegister), encode(message), 1, false, [](bool ok, const std::string& error) {
+  const std::string topic =
+      config_.legacy_topics ? std::string(topics::kRegister) : topics::robot_register(config_.robot_id).value();
+  link_->publish(topic, encode(message), 1, false, [](bool ok, const std::string& error) {
     if (!ok) spdlog::warn("publishing register failed: {}", error);
   });
   // Until a RegisterResponse arrives, ask again with backoff.
@@ -396,7 +398,9 @@ void Agent::send_heartbeat() {
     }
   }
   beat.storage_error = storage_error();
-  link_->publish(std::string(topics::kHeartbeat), encode(beat), 1, false, [](bool ok, const std::string& error) {
+  const std::string topic =
+      config_.legacy_topics ? std::string(topics::kHeartbeat) : topics::robot_heartbeat(config_.robot_id).value();
+  link_->publish(topic, encode(beat), 1, false, [](bool ok, const std::string& error) {
     if (!ok) spdlog::warn("publishing heartbeat failed: {}", error);
   });
   heartbeat_timer_ = loop_.after(config_.heartbeat_interval, [this] { send_heartbeat(); });

@@ -34,6 +34,12 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
          c.token = v;
          return std::nullopt;
        }},
+      {"token-file", "file holding the token (kept out of the process list; a Secret's key mounted as a file)",
+       [&c](const std::string& v) { return daemon::parse_secret_file(v, c.token); }},
+      {"legacy-topics",
+       "true or false: register and heartbeat on Go K8s4r's shared topics, for a Go K8s4r server (false: on this "
+       "robot's own topics, which a broker can confine it to)",
+       [&c](const std::string& v) { return daemon::parse_bool(v, c.legacy_topics); }},
       {"ca-file", "PEM CA bundle to verify an ssl:// broker (default: the system's)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.ca_file); }},
       {"cert-file", "PEM client certificate for a broker that asks for one (mutual TLS; with key-file)",
@@ -119,8 +125,9 @@ AgentConfigOutcome parse_agent_config(const std::vector<std::string>& args,
       daemon::load_settings(program, settings(config), args, env, [&](std::vector<std::string>& errors) {
         if (config.broker_url.empty())
           errors.push_back("broker-url is required (--broker-url, K8S4R_BROKER_URL or the config file)");
-        for (std::string& error : mqtt::tls_setting_errors(config.broker_url, config.cert_file, config.key_file))
-          errors.push_back(std::move(error));
+        const mqtt::TlsFiles tls{config.ca_file, config.cert_file, config.key_file};
+        for (std::string& error : mqtt::tls_setting_errors(config.broker_url, tls)) errors.push_back(std::move(error));
+        for (std::string& error : mqtt::tls_file_errors(tls)) errors.push_back(std::move(error));
         if (config.robot_id.empty())
           errors.push_back("robot-id is required (--robot-id, K8S4R_ROBOT_ID or the config file)");
       });

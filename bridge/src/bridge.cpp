@@ -222,23 +222,32 @@ void Bridge::on_connected() {
   // publish at QoS 1): each is superseded by the next, so the broker neither
   // queues them while the bridge is away nor lets them fill the queue that
   // holds status reports (Mosquitto drops what exceeds max_queued_messages).
-  link_->subscribe({{std::string(topics::kRegister), 1},
-                    {std::string(topics::kAllTaskStatusFilter), 1},
-                    {std::string(topics::kAllPresenceFilter), 1},
-                    {std::string(topics::kHeartbeat), 0}},
-                   [this](bool ok, const std::string& error) {
-                     loop_.post([this, ok, error] {
-                       if (!ok) {
-                         spdlog::error("subscribing failed: {}; reconnecting", error);
-                         on_disconnected("subscribe failed");
-                         return;
-                       }
-                       spdlog::info("subscribed to register, task status and presence (QoS 1) and heartbeat (QoS 0)");
-                       if (hooks_.notify) hooks_.notify("READY=1\nSTATUS=connected, informers synced");
-                       // Tasks that wait on a dispatch while the broker was away.
-                       for (const auto& task : tasks_->list()) reconcile_task(task);
-                     });
-                   });
+  // The shared legacy topics only while Go K8s4r agents may be left. A session
+  // that subscribed to them earlier keeps them at the broker: what arrives
+  // there with legacy-topics off is refused (LegacyTopic), never applied.
+  std::vector<mqtt::Subscription> subscriptions{{std::string(topics::kAllRegisterFilter), 1},
+                                                {std::string(topics::kAllTaskStatusFilter), 1},
+                                                {std::string(topics::kAllPresenceFilter), 1},
+                                                {std::string(topics::kAllHeartbeatFilter), 0}};
+  if (config_.legacy_topics) {
+    subscriptions.push_back({std::string(topics::kRegister), 1});
+    subscriptions.push_back({std::string(topics::kHeartbeat), 0});
+  }
+  link_->subscribe(subscriptions, [this](bool ok, const std::string& error) {
+    loop_.post([this, ok, error] {
+      if (!ok) {
+        spdlog::error("subscribing failed: {}; reconnecting", error);
+        on_disconnected("subscribe failed");
+        return;
+      }
+      spdlog::info("subscribed to register, task status and presence (QoS 1) and heartbeat (QoS 0){}",
+                   config_.legacy_topics ? ", robots' own topics and the legacy shared ones"
+                                         : ", robots' own topics only (legacy-topics off)");
+      if (hooks_.notify) hooks_.notify("READY=1\nSTATUS=connected, informers synced");
+      // Tasks that wait on a dispatch while the broker was away.
+      for (const auto& task : tasks_->list()) reconcile_task(task);
+    });
+  });
 }
 
 void Bridge::on_disconnected(const std::string& cause) {
@@ -284,24 +293,42 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
     return;
   }
   const topics::ParsedTopic& where = parsed_topic.value();
+  if (where.legacy && !config_.legacy_topics) {
+    metrics_.add("k8s4r_bridge_messages_total", {{"topic", "other"}});
+    return refuse("a message on " + topic,
+                  {"LegacyTopic", "legacy-topics is off: robots register and heartbeat on k8s4r/robots/<id>/..."});
+  }
+  // On a robot's own topic the payload must name that robot: the broker's
+  // ACL binds the topic to the robot's identity, not the payload.
+  const auto mismatch = [&](const std::string& payload_robot_id) {
+    return !where.legacy && payload_robot_id != where.robot_id;
+  };
   switch (where.kind) {
     case topics::TopicKind::register_robot: {
       metrics_.add("k8s4r_bridge_messages_total", {{"topic", "register"}});
       auto message = parse_register(payload);
-      if (!message) return refuse("a register", {"InvalidPayload", message.error().to_string()});
+      if (!message) return refuse("a register", {"InvalidPayload", message.error().to_string()}, where.robot_id);
+      if (mismatch(message.value().robot_id))
+        return refuse("a register",
+                      {"TopicMismatch", "robotId " + message.value().robot_id + " differs from the topic's"},
+                      where.robot_id);
       return on_register(message.value());
     }
     case topics::TopicKind::heartbeat: {
       metrics_.add("k8s4r_bridge_messages_total", {{"topic", "heartbeat"}});
       auto message = parse_heartbeat(payload);
-      if (!message) return refuse("a heartbeat", {"InvalidPayload", message.error().to_string()});
+      if (!message) return refuse("a heartbeat", {"InvalidPayload", message.error().to_string()}, where.robot_id);
+      if (mismatch(message.value().robot_id))
+        return refuse("a heartbeat",
+                      {"TopicMismatch", "robotId " + message.value().robot_id + " differs from the topic's"},
+                      where.robot_id);
       return on_heartbeat(message.value());
     }
     case topics::TopicKind::presence: {
       metrics_.add("k8s4r_bridge_messages_total", {{"topic", "presence"}});
       auto message = parse_presence(payload);
       if (!message) return refuse("a presence", {"InvalidPayload", message.error().to_string()}, where.robot_id);
-      if (message.value().robot_id != where.robot_id)
+      if (mismatch(message.value().robot_id))
         return refuse("a presence",
                       {"TopicMismatch", "robotId " + message.value().robot_id + " differs from the topic's"},
                       where.robot_id);

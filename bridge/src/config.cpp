@@ -33,7 +33,7 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
        }},
       {"mqtt-username", "MQTT user name", text(c.username)},
       {"mqtt-password-file", "file holding the MQTT password (kept out of the process list)",
-       [&c](const std::string& v) { return daemon::parse_existing_file(v, c.password_file); }},
+       [&c](const std::string& v) { return daemon::parse_secret_file(v, c.password); }},
       {"ca-file", "PEM CA bundle to verify an ssl:// broker (default: the system's)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.ca_file); }},
       {"cert-file", "PEM client certificate for a broker that asks for one (mutual TLS; with key-file)",
@@ -54,6 +54,10 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.heartbeat_write_interval); }},
       {"dispatch-resend-after", "publish a Task again when still dispatching this long after, a Go duration (30s)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.dispatch_resend_after); }},
+      {"legacy-topics",
+       "true or false: also take register and heartbeat on Go K8s4r's shared topics, where any client can name any "
+       "robot (true; turn off once no Go agent is left)",
+       [&c](const std::string& v) { return daemon::parse_bool(v, c.legacy_topics); }},
       {"kube-writers", "threads writing to the Kubernetes API (4)",
        [&c](const std::string& v) -> ApplyResult {
          std::size_t writers = 0;
@@ -81,8 +85,9 @@ BridgeConfigOutcome parse_bridge_config(const std::vector<std::string>& args,
       daemon::load_settings(program, settings(config), args, env, [&](std::vector<std::string>& errors) {
         if (config.broker_url.empty())
           errors.push_back("broker-url is required (--broker-url, K8S4R_BROKER_URL or the config file)");
-        for (std::string& error : mqtt::tls_setting_errors(config.broker_url, config.cert_file, config.key_file))
-          errors.push_back(std::move(error));
+        const mqtt::TlsFiles tls{config.ca_file, config.cert_file, config.key_file};
+        for (std::string& error : mqtt::tls_setting_errors(config.broker_url, tls)) errors.push_back(std::move(error));
+        for (std::string& error : mqtt::tls_file_errors(tls)) errors.push_back(std::move(error));
       });
   if (!outcome.run) return {std::nullopt, outcome.output, outcome.exit_code};
   config.config_file = outcome.config_file;

@@ -34,6 +34,10 @@ Error unknown_topic(std::string_view topic) {
 
 }  // namespace
 
+Result<std::string> robot_register(std::string_view robot_id) { return robot_topic(robot_id, "/register"); }
+
+Result<std::string> robot_heartbeat(std::string_view robot_id) { return robot_topic(robot_id, "/heartbeat"); }
+
 Result<std::string> response(std::string_view robot_id) { return robot_topic(robot_id, "/response"); }
 
 Result<std::string> dispatch(std::string_view robot_id) { return robot_topic(robot_id, "/tasks/dispatch"); }
@@ -48,8 +52,8 @@ Result<std::string> task_status_filter(std::string_view robot_id) { return robot
 Result<std::string> presence(std::string_view robot_id) { return robot_topic(robot_id, "/presence"); }
 
 Result<ParsedTopic> parse_topic(std::string_view topic) {
-  if (topic == kRegister) return ParsedTopic{TopicKind::register_robot, "", ""};
-  if (topic == kHeartbeat) return ParsedTopic{TopicKind::heartbeat, "", ""};
+  if (topic == kRegister) return ParsedTopic{TopicKind::register_robot, "", "", true};
+  if (topic == kHeartbeat) return ParsedTopic{TopicKind::heartbeat, "", "", true};
 
   const auto levels = split_levels(topic);
   if (levels.size() < 4 || levels[0] != "k8s4r" || levels[1] != "robots") return unknown_topic(topic);
@@ -59,6 +63,8 @@ Result<ParsedTopic> parse_topic(std::string_view topic) {
   }
   if (levels.size() == 4 && levels[3] == "response") return ParsedTopic{TopicKind::response, robot_id, ""};
   if (levels.size() == 4 && levels[3] == "presence") return ParsedTopic{TopicKind::presence, robot_id, ""};
+  if (levels.size() == 4 && levels[3] == "register") return ParsedTopic{TopicKind::register_robot, robot_id, ""};
+  if (levels.size() == 4 && levels[3] == "heartbeat") return ParsedTopic{TopicKind::heartbeat, robot_id, ""};
   if (levels.size() == 5 && levels[3] == "tasks" && levels[4] == "dispatch") {
     return ParsedTopic{TopicKind::dispatch, robot_id, ""};
   }

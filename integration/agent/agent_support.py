@@ -18,6 +18,14 @@ def status_topic(uid, robot=ROBOT):
     return f"k8s4r/robots/{robot}/tasks/{uid}/status"
 
 
+def register_topic(robot=ROBOT):
+    return f"k8s4r/robots/{robot}/register"
+
+
+def heartbeat_topic(robot=ROBOT):
+    return f"k8s4r/robots/{robot}/heartbeat"
+
+
 def dispatch_topic(robot=ROBOT):
     return f"k8s4r/robots/{robot}/tasks/dispatch"
 
@@ -189,7 +197,7 @@ class Bridge(Observer):
     """The bridge's side of the protocol, enough to drive an agent."""
 
     def accept_registration(self, robot=ROBOT):
-        self.wait_for("k8s4r/register", lambda m: m["robotId"] == robot)
+        self.wait_for(register_topic(robot), lambda m: m["robotId"] == robot)
         self.publish(f"k8s4r/robots/{robot}/response",
                      {"success": True, "robotId": robot, "message": "registered", "phase": "Online"})
 

@@ -19,10 +19,13 @@ import types
 import pytest
 
 from agent_support import (ROBOT, AgentProcess, Bridge, agent, agent_factory, alive, bridge, count_lines, create, delete,
-                           dispatch_topic, processes_marked, status_topic, task_cgroup_parent, wait_for_file)
+                           dispatch_topic, heartbeat_topic, processes_marked, register_topic, status_topic,
+                           task_cgroup_parent, wait_for_file)
 from conftest import Observer, binary, wait_until
 
 PRESENCE = f"k8s4r/robots/{ROBOT}/presence"
+REGISTER = register_topic(ROBOT)
+HEARTBEAT = heartbeat_topic(ROBOT)
 
 
 # ---- connection, registration, heartbeats -------------------------------------------
@@ -40,12 +43,12 @@ def test_help_version_and_config_errors():
 
 
 def test_registers_heartbeats_and_says_online(broker, bridge, agent):
-    register = bridge.wait_for("k8s4r/register")
+    register = bridge.wait_for(REGISTER)
     assert register["robotId"] == ROBOT and register["agentVersion"]
     assert register["deviceInfo"]["hostname"] and register["deviceInfo"]["platform"]["os"] == "linux"
     assert register["deviceInfo"]["memory"]["total"] > 0
     assert register["runningTasks"] == []
-    beat = bridge.wait_for("k8s4r/heartbeat")
+    beat = bridge.wait_for(HEARTBEAT)
     assert beat["robotId"] == ROBOT and beat["runningTasks"] == [] and "deviceInfo" not in beat
 
     # Presence is retained: a bridge that starts later learns it at once.
@@ -56,24 +59,32 @@ def test_registers_heartbeats_and_says_online(broker, bridge, agent):
         late.close()
 
     # Unanswered, it registers again; answered, it stops.
-    wait_until(lambda: len(bridge.on("k8s4r/register")) >= 2, 10, "a second register")
+    wait_until(lambda: len(bridge.on(REGISTER)) >= 2, 10, "a second register")
     bridge.publish(f"k8s4r/robots/{ROBOT}/response", {"success": True, "robotId": ROBOT, "phase": "Online"})
     time.sleep(0.5)
-    count = len(bridge.on("k8s4r/register"))
+    count = len(bridge.on(REGISTER))
     time.sleep(5)
-    assert len(bridge.on("k8s4r/register")) == count
+    assert len(bridge.on(REGISTER)) == count
     # Heartbeats keep coming on the 1s interval.
-    beats = len(bridge.on("k8s4r/heartbeat"))
+    beats = len(bridge.on(HEARTBEAT))
     time.sleep(2.5)
-    assert len(bridge.on("k8s4r/heartbeat")) >= beats + 2
+    assert len(bridge.on(HEARTBEAT)) >= beats + 2
+
+
+def test_legacy_topics_register_and_heartbeat_on_the_shared_topics(bridge, agent_factory):
+    # For a Go K8s4r server, which listens on k8s4r/register and k8s4r/heartbeat only.
+    agent_factory(extra=("--legacy-topics", "true")).start()
+    assert bridge.wait_for("k8s4r/register")["robotId"] == ROBOT
+    assert bridge.wait_for("k8s4r/heartbeat")["robotId"] == ROBOT
+    assert bridge.on(REGISTER) == [] and bridge.on(HEARTBEAT) == []
 
 
 def test_refused_registration_is_retried_with_backoff(bridge, agent):
-    bridge.wait_for("k8s4r/register")
+    bridge.wait_for(REGISTER)
     bridge.publish(f"k8s4r/robots/{ROBOT}/response", {"success": False, "message": "robot not approved"})
     wait_until(lambda: "robot not approved" in agent.log_text(), 10, "the refusal in the agent's log")
-    wait_until(lambda: len(bridge.on("k8s4r/register")) >= 3, 20, "two more registers")
-    registers = [m["timestamp"] for m in bridge.json_on("k8s4r/register")]
+    wait_until(lambda: len(bridge.on(REGISTER)) >= 3, 20, "two more registers")
+    registers = [m["timestamp"] for m in bridge.json_on(REGISTER)]
     assert len(registers) >= 3 and agent.running()
 
 
@@ -489,7 +500,7 @@ def test_a_burst_of_a_thousand_dispatches_runs_each_once_and_heartbeats_go_on(br
     ran = tmp_path / "ran"
     ran.mkdir()
     uids = [f"t-burst-{i}" for i in range(1000)]
-    first_beat = len(bridge.on("k8s4r/heartbeat"))
+    first_beat = len(bridge.on(HEARTBEAT))
     started = time.monotonic()
     for uid in uids:
         bridge.send(create(uid, "/bin/sh", ["-c", f"echo once >> {ran}/{uid}"]))
@@ -509,14 +520,14 @@ def test_a_burst_of_a_thousand_dispatches_runs_each_once_and_heartbeats_go_on(br
     assert len(set().union(*seqs.values())) == 2 * len(uids)
     # Heartbeats (every 1 s) went on through the burst: no gap near the 77 s seen before. Counted from
     # the last heartbeat before it to the first after it.
-    done_at = len(bridge.on("k8s4r/heartbeat"))
-    wait_until(lambda: len(bridge.on("k8s4r/heartbeat")) > done_at, 10, "a heartbeat after the burst")
-    beats = bridge.arrival_times("k8s4r/heartbeat")[max(first_beat - 1, 0):]
+    done_at = len(bridge.on(HEARTBEAT))
+    wait_until(lambda: len(bridge.on(HEARTBEAT)) > done_at, 10, "a heartbeat after the burst")
+    beats = bridge.arrival_times(HEARTBEAT)[max(first_beat - 1, 0):]
     gaps = [later - earlier for earlier, later in zip(beats, beats[1:])]
     print(f"burst of {len(uids)}: {took:.1f} s; longest heartbeat gaps {[round(g, 2) for g in sorted(gaps)[-3:]]} s")
     assert gaps and max(gaps) < 10, f"heartbeat gaps {sorted(gaps)[-3:]} s during a {took:.1f} s burst"
     # And the next ones no longer list tasks that ended.
-    wait_until(lambda: any(not beat.get("runningTasks") for beat in bridge.json_on("k8s4r/heartbeat")[done_at:]),
+    wait_until(lambda: any(not beat.get("runningTasks") for beat in bridge.json_on(HEARTBEAT)[done_at:]),
                10, "a heartbeat after the burst with no running tasks")
 
 
@@ -548,7 +559,7 @@ def test_a_full_disk_starts_nothing_loses_no_report_and_recovers(broker, bridge,
         assert "no new task starts and reports go out from memory" in agent.log_text()
         # Said at once, not only in the log: in a heartbeat (the bridge writes the Robot's
         # StorageReady condition from it) and in the retained presence.
-        beat = bridge.wait_for("k8s4r/heartbeat", lambda m: "storageError" in m, timeout=5)
+        beat = bridge.wait_for(HEARTBEAT, lambda m: "storageError" in m, timeout=5)
         assert beat["storageError"]["reason"] == "StorageFull"
         assert "No space left on device" in beat["storageError"]["message"]
         said = bridge.wait_for(PRESENCE, lambda m: "storageError" in m, timeout=5)
@@ -556,8 +567,8 @@ def test_a_full_disk_starts_nothing_loses_no_report_and_recovers(broker, bridge,
 
         (work / "filler").unlink()
         wait_until(lambda: "everything held in memory is stored" in agent.log_text(), 15, "the agent to store its state")
-        beats = len(bridge.on("k8s4r/heartbeat"))
-        wait_until(lambda: any("storageError" not in m for m in bridge.json_on("k8s4r/heartbeat")[beats:]), 5,
+        beats = len(bridge.on(HEARTBEAT))
+        wait_until(lambda: any("storageError" not in m for m in bridge.json_on(HEARTBEAT)[beats:]), 5,
                    "a heartbeat without storageError")
         presences = len(bridge.on(PRESENCE))
         wait_until(lambda: any("storageError" not in m for m in bridge.json_on(PRESENCE)[presences - 1:]), 5,
@@ -597,7 +608,7 @@ def test_a_finished_task_is_remembered_past_hundreds_of_others_and_a_restart(bro
                "300 more tasks finished")
     assert agent.stop() == 0
     agent.start()
-    register = bridge.wait_for("k8s4r/register", lambda m: any(t["taskUid"] == others[-1] for t in m["runningTasks"]))
+    register = bridge.wait_for(REGISTER, lambda m: any(t["taskUid"] == others[-1] for t in m["runningTasks"]))
     assert len(register["runningTasks"]) <= 256  # register lists the recent ones, not all it remembers
     assert not (agent.work_dir / "tasks" / "t-first").exists()  # logs kept for the recent ones only
 
@@ -740,7 +751,7 @@ def test_agent_kill9_and_restart_runs_nothing_twice_and_tasks_end_with_their_tru
     wait_until(lambda: not any(alive(pid) for pid in survivor_pids), 5, "the survivor and its shim to be gone")
     assert sorted(pathlib.Path(runs).read_text().split()) == ["failed", "gone", "killed", "survivor"]
     # The re-register tells the bridge what the agent holds.
-    register = bridge.wait_for("k8s4r/register", lambda m: any(t["taskUid"] == "t-gone" for t in m["runningTasks"]))
+    register = bridge.wait_for(REGISTER, lambda m: any(t["taskUid"] == "t-gone" for t in m["runningTasks"]))
     assert {t["taskUid"] for t in register["runningTasks"]} >= {"t-gone", "t-survivor"}
     # A resend after the restart is answered with the final report, not run.
     bridge.send(create("t-gone", "/bin/sh", ["-c", f"echo gone >> {runs}"]))

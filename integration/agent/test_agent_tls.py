@@ -70,6 +70,14 @@ def test_an_agent_refuses_a_broker_certificate_for_another_host_or_from_another_
         wait_until(lambda: agent.log_text().count("cannot connect to ssl://") >= 2, 30, "two refused connections")
         assert not observer.on(f"k8s4r/robots/{ROBOT}/presence"), agent.log_text()[-2000:]
         assert agent.running()  # refused, retrying, not dead
+        # And it says why, not only Paho's "return code -1".
+        if trouble == "another host":
+            why = ("the broker's certificate (CN=elsewhere, issued by CN=k8s4r-test-ca) is for DNS:other.example, "
+                   "not 127.0.0.1")
+        else:
+            # Both test CAs are named k8s4r-test-ca: OpenSSL finds ours by name, and it did not sign this one.
+            why = f"the broker's certificate (CN=127.0.0.1, issued by CN=k8s4r-test-ca) cannot be verified with {ca}: "
+        assert why in agent.log_text(), agent.log_text()[-2000:]
     finally:
         agent.cleanup()
         observer.close()
@@ -91,6 +99,7 @@ def test_a_broker_that_asks_for_a_client_certificate_takes_the_agent_with_one_an
         agents.append(without)
         without.start()
         wait_until(lambda: without.log_text().count("cannot connect to ssl://") >= 2, 30, "two refused connections")
+        assert "the broker refused us without a client certificate" in without.log_text(), without.log_text()[-2000:]
         with_cert = AgentProcess(url, tmp_path / "work-with", ROBOT,
                                  ["--ca-file", tls["ca"], "--cert-file", client["cert"], "--key-file", client["key"]])
         agents.append(with_cert)
@@ -113,3 +122,30 @@ def test_a_client_certificate_for_a_plain_tcp_broker_is_a_configuration_error(tm
     assert result.returncode != 0
     assert "cert-file and key-file go together" in result.stderr, result.stderr
     assert "never sent over plain TCP" in result.stderr, result.stderr
+
+
+def test_a_wrong_ca_file_or_a_key_that_is_not_the_certificates_is_a_configuration_error(tmp_path, tls):
+    client = certificate_for(tls, "robot-1", "DNS:robot-1")
+    (tmp_path / "not-a-ca.pem").write_text("just text\n")
+    result = subprocess.run([binary("k8s4r-agent"), "--broker-url", "ssl://127.0.0.1:8883", "--robot-id", ROBOT,
+                             "--work-dir", str(tmp_path / "work"), "--ca-file", str(tmp_path / "not-a-ca.pem"),
+                             "--cert-file", client["cert"], "--key-file", tls["key"]],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert f"ca-file '{tmp_path / 'not-a-ca.pem'}' holds no PEM certificate" in result.stderr, result.stderr
+    assert f"key-file '{tls['key']}' is not the private key of cert-file" in result.stderr, result.stderr
+
+
+def test_an_agent_says_when_the_broker_does_not_speak_tls(tmp_path, tls):
+    broker = Broker(tmp_path / "broker")  # plain TCP only
+    agent = AgentProcess(types.SimpleNamespace(url=f"ssl://127.0.0.1:{broker.port}"), tmp_path / "work",
+                         extra=["--ca-file", tls["ca"]])
+    try:
+        agent.start()
+        wait_until(lambda: "closed the connection without answering the TLS handshake (a plain tcp:// listener?)"
+                   in agent.log_text(), 30,
+                   "the agent to say the broker does not speak TLS")
+        assert agent.running()
+    finally:
+        agent.cleanup()
+        broker.stop()

@@ -99,7 +99,7 @@ def test_a_status_from_the_wrong_robot_changes_nothing(sim, robot, bridge, obser
 
 def test_a_robot_that_cannot_store_its_state_shows_storage_ready_false_until_it_can(sim, bridge, observer):
     # A robot played by the test: its heartbeats say what an agent with a full disk says.
-    observer.publish("k8s4r/register", {"robotId": "robot-full", "token": "t", "runningTasks": [],
+    observer.publish("k8s4r/robots/robot-full/register", {"robotId": "robot-full", "token": "t", "runningTasks": [],
                                         "timestamp": "2026-11-24T10:00:00Z"})
     wait_until(lambda: get(sim, "robot", "robot-full"), 10, "the Robot")
     problem = {"reason": "StorageFull", "message": "cannot write /var/lib/k8s4r/state.log: No space left on device"}
@@ -108,13 +108,14 @@ def test_a_robot_that_cannot_store_its_state_shows_storage_ready_false_until_it_
         robot = get(sim, "robot", "robot-full") or {}
         return next((c for c in robot.get("status", {}).get("conditions", []) if c["type"] == "StorageReady"), None)
 
-    observer.publish("k8s4r/heartbeat", {"robotId": "robot-full", "runningTasks": [], "storageError": problem})
+    observer.publish("k8s4r/robots/robot-full/heartbeat", {"robotId": "robot-full", "runningTasks": [],
+                                                           "storageError": problem})
     failing = wait_until(lambda: (c := storage_ready()) and c["status"] == "False" and c, 10, "StorageReady False")
     assert failing["reason"] == "StorageFull" and failing["message"] == problem["message"]
     assert bridge.metric("k8s4r_bridge_heartbeat_writes_total", reason="changed") >= 1  # at once, not coalesced
     described = sim.kubectl("describe", "robot", "robot-full").stdout
     assert "StorageReady" in described and "No space left on device" in described
-    observer.publish("k8s4r/heartbeat", {"robotId": "robot-full", "runningTasks": []})
+    observer.publish("k8s4r/robots/robot-full/heartbeat", {"robotId": "robot-full", "runningTasks": []})
     wait_until(lambda: (c := storage_ready()) and c["status"] == "True", 10, "StorageReady True again")
 
 
@@ -126,9 +127,12 @@ def test_bad_input_is_refused_counted_and_survived(sim, robot, bridge, observer)
                                                                 "state": "running"})
     observer.publish("k8s4r/robots/robot-1/presence", {"robotId": "robot-9", "online": True,
                                                       "timestamp": "2026-11-23T10:00:00Z"})
+    # On a robot's own topic, a payload naming another robot: a client allowed robot-1's topics speaking for robot-9.
+    observer.publish("k8s4r/robots/robot-1/register", {"robotId": "robot-9", "token": "t", "runningTasks": []})
+    observer.publish("k8s4r/robots/robot-1/heartbeat", {"robotId": "robot-9", "runningTasks": []})
     wait_until(lambda: bridge.metric("k8s4r_bridge_messages_refused_total", reason="InvalidPayload") >= 3
                and bridge.metric("k8s4r_bridge_messages_refused_total", reason="UnknownTask") >= 1
-               and bridge.metric("k8s4r_bridge_messages_refused_total", reason="TopicMismatch") >= 1, 10,
+               and bridge.metric("k8s4r_bridge_messages_refused_total", reason="TopicMismatch") >= 3, 10,
                "every refusal counted")
     assert bridge.ready()
     assert get(sim, "robot", "robot-9") is None

@@ -2,7 +2,7 @@
 which), judged with kubectl."""
 import pytest
 
-from bridge_support import bridge, create_task, digest, dispatch, get, sim, state_of, wait_state, wait_until  # noqa: F401
+from bridge_support import BridgeProcess, bridge, create_task, digest, dispatch, get, sim, state_of, wait_state, wait_until  # noqa: F401
 from go_agent import GoK8s4rAgent
 
 GO_TOKEN = "legacy-token"
@@ -72,3 +72,22 @@ def test_deleting_a_go_agents_running_task_kills_it_though_the_agent_never_confi
     assert bridge.metric("k8s4r_bridge_dispatches_total", action="delete") >= 1
     assert bridge.metric("k8s4r_bridge_dispatches_total", action="create") == 1
     assert go_robot.starts(task["metadata"]["uid"]) == 1
+
+
+def test_with_legacy_topics_off_a_go_agent_is_refused_even_through_an_old_session(tmp_path, broker, sim):
+    """The bridge's session outlives it at the broker, subscriptions and all: one started with legacy topics on and
+    restarted with them off still receives k8s4r/register. It must refuse it, count it, and write nothing."""
+    first = BridgeProcess(tmp_path / "bridge-legacy", broker, sim).start()
+    first.stop()
+    strict = BridgeProcess(tmp_path / "bridge-strict", broker, sim, ["--legacy-topics", "false"]).start()
+    go = GoK8s4rAgent(broker, "go-robot", GO_TOKEN)
+    try:
+        with pytest.raises(AssertionError, match="registration timeout"):
+            go.start()
+        wait_until(lambda: strict.metric("k8s4r_bridge_messages_refused_total", reason="LegacyTopic") >= 1, 10,
+                   "the legacy register refused and counted")
+        assert get(sim, "robot", "go-robot") is None
+        assert "legacy-topics is off" in strict.log_text()
+    finally:
+        go.stop()
+        strict.stop()

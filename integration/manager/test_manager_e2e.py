@@ -199,10 +199,11 @@ def test_a_task_its_robot_stops_listing_is_lost_replaced_and_stopped_there(sim, 
 
     def heartbeats():
         while not stop.wait(0.3):
-            robot.publish("k8s4r/heartbeat", {"robotId": "robot-s", "token": "t", "runningTasks": list(running)})
+            robot.publish("k8s4r/robots/robot-s/heartbeat",
+                          {"robotId": "robot-s", "token": "t", "runningTasks": list(running)})
     try:
-        robot.publish("k8s4r/register", {"robotId": "robot-s", "token": "t", "agentVersion": "scripted",
-                                         "runningTasks": []})
+        robot.publish("k8s4r/robots/robot-s/register", {"robotId": "robot-s", "token": "t",
+                                                        "agentVersion": "scripted", "runningTasks": []})
         robot.wait_for("k8s4r/robots/robot-s/response", lambda m: m["success"])
         beating = threading.Thread(target=heartbeats, daemon=True)
         beating.start()

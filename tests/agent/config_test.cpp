@@ -82,6 +82,21 @@ TEST_F(AgentConfigTest, WhoTasksRunAsAndWhetherRootIsAllowed) {
   EXPECT_NE(bad.output.find("must be true or false, got 'no'"), std::string::npos) << bad.output;
 }
 
+TEST_F(AgentConfigTest, TheTokenFromAFileAndTheTopicsItSpeaksOn) {
+  const fs::path token = dir_ / "token";
+  std::ofstream(token) << "robot-secret\n";
+  auto outcome = parse({"--broker-url", "tcp://b:1883", "--robot-id", "r1", "--token-file", token.string()});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_EQ(outcome.config->token, "robot-secret");
+  EXPECT_FALSE(outcome.config->legacy_topics);  // its own topics, which the broker can confine it to
+  outcome = parse({"--broker-url", "tcp://b:1883", "--robot-id", "r1", "--legacy-topics", "true"});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_TRUE(outcome.config->legacy_topics);
+  outcome = parse({"--broker-url", "tcp://b:1883", "--robot-id", "r1", "--token-file", (dir_ / "none").string()});
+  ASSERT_FALSE(outcome.config);
+  EXPECT_NE(outcome.output.find("token-file: no such file"), std::string::npos) << outcome.output;
+}
+
 TEST_F(AgentConfigTest, HelpAndVersion) {
   auto help = parse({"--help"});
   EXPECT_EQ(help.exit_code, 0);

@@ -11,6 +11,8 @@ TEST(Topics, BuildsTheContractTopics) {
   EXPECT_EQ(task_status("robot-1", "3f6c2b1e-9d7a").value(), "k8s4r/robots/robot-1/tasks/3f6c2b1e-9d7a/status");
   EXPECT_EQ(task_status_filter("robot-1").value(), "k8s4r/robots/robot-1/tasks/+/status");
   EXPECT_EQ(presence("robot-1").value(), "k8s4r/robots/robot-1/presence");
+  EXPECT_EQ(robot_register("robot-1").value(), "k8s4r/robots/robot-1/register");
+  EXPECT_EQ(robot_heartbeat("robot-1").value(), "k8s4r/robots/robot-1/heartbeat");
 }
 
 TEST(Topics, RefusesIdentifiersThatWouldChangeTheTopic) {
@@ -19,11 +21,15 @@ TEST(Topics, RefusesIdentifiersThatWouldChangeTheTopic) {
   EXPECT_EQ(task_status("robot-1", "+").error().field, "taskUid");
   EXPECT_EQ(task_status("robot+", "abc").error().field, "robotId");
   EXPECT_FALSE(response(""));
+  EXPECT_EQ(robot_register("a/b").error().field, "robotId");
+  EXPECT_EQ(robot_heartbeat("+").error().field, "robotId");
 }
 
 TEST(Topics, ParsesEveryContractTopic) {
-  EXPECT_EQ(parse_topic("k8s4r/register").value(), (ParsedTopic{TopicKind::register_robot, "", ""}));
-  EXPECT_EQ(parse_topic("k8s4r/heartbeat").value(), (ParsedTopic{TopicKind::heartbeat, "", ""}));
+  EXPECT_EQ(parse_topic("k8s4r/register").value(), (ParsedTopic{TopicKind::register_robot, "", "", true}));
+  EXPECT_EQ(parse_topic("k8s4r/heartbeat").value(), (ParsedTopic{TopicKind::heartbeat, "", "", true}));
+  EXPECT_EQ(parse_topic("k8s4r/robots/r1/register").value(), (ParsedTopic{TopicKind::register_robot, "r1", ""}));
+  EXPECT_EQ(parse_topic("k8s4r/robots/r1/heartbeat").value(), (ParsedTopic{TopicKind::heartbeat, "r1", ""}));
   EXPECT_EQ(parse_topic("k8s4r/robots/r1/response").value(), (ParsedTopic{TopicKind::response, "r1", ""}));
   EXPECT_EQ(parse_topic("k8s4r/robots/r1/presence").value(), (ParsedTopic{TopicKind::presence, "r1", ""}));
   EXPECT_EQ(parse_topic("k8s4r/robots/r1/tasks/dispatch").value(), (ParsedTopic{TopicKind::dispatch, "r1", ""}));
@@ -41,7 +47,8 @@ TEST(Topics, RejectsUnknownAndMalformedTopics) {
   for (const char* topic :
        {"", "k8s4r", "k8s4r/robots", "k8s4r/robots/r1", "k8s4r/robots/r1/unknown",
         "k8s4r/robots/r1/tasks/x/status/extra", "other/robots/r1/response", "k8s4r/robots/R1/response",
-        "k8s4r/robots//response", "k8s4r/robots/r1/tasks/UP/status", "k8s4r/register/"}) {
+        "k8s4r/robots//response", "k8s4r/robots/r1/tasks/UP/status", "k8s4r/register/", "k8s4r/robots/r1/register/x",
+        "k8s4r/robots/+/heartbeat", "k8s4r/robots/r#/register"}) {
     auto parsed = parse_topic(topic);
     EXPECT_FALSE(parsed) << topic;
     if (!parsed) {

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <utility>
+#include <vector>
 
 namespace k8s4r::daemon {
 namespace {
@@ -112,6 +114,31 @@ TEST(ConfigValues, BindAddressesNeedAHostAndAPortInRange) {
     EXPECT_TRUE(parse_bind_address(bad, address)) << bad;
   }
   EXPECT_EQ(address, "[::1]:0");
+}
+
+TEST(ConfigValues, ASecretFileGivesItsOneLineAndErrorsNeverShowItsContent) {
+  testing::TempDir dir;
+  const auto write = [&](const std::string& name, const std::string& content) {
+    const auto path = (dir.path() / name).string();
+    std::ofstream(path, std::ios::binary) << content;
+    return path;
+  };
+  std::string secret;
+  EXPECT_FALSE(parse_secret_file(write("token", "s3cr3t-token\r\n"), secret));
+  EXPECT_EQ(secret, "s3cr3t-token");  // as `kubectl create secret --from-file` or an editor leaves it
+  for (const auto& [name, content] :
+       std::vector<std::pair<std::string, std::string>>{{"empty", ""},
+                                                        {"blank", "\n"},
+                                                        {"two-lines", "s3cr3t-one\ns3cr3t-two\n"},
+                                                        {"huge", std::string(70'000, 's')}}) {
+    const auto problem = parse_secret_file(write(name, content), secret);
+    ASSERT_TRUE(problem) << name;
+    EXPECT_EQ(problem->find("s3cr3t"), std::string::npos) << *problem;
+    EXPECT_NE(problem->find(name), std::string::npos) << *problem;  // names the file
+  }
+  EXPECT_TRUE(parse_secret_file((dir.path() / "absent").string(), secret));
+  EXPECT_TRUE(parse_secret_file(dir.path().string(), secret));  // a directory
+  EXPECT_EQ(secret, "s3cr3t-token");                            // unchanged by every refusal
 }
 
 }  // namespace

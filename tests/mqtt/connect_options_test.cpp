@@ -74,14 +74,15 @@ TEST(ConnectOptions, AClientCertificateGoesWithItsKeyAndOnlyOverTls) {
   const auto options = make_connect_options(settings);
   EXPECT_EQ(options.get_ssl_options().get_key_store(), "/etc/k8s4r/robot.crt");
   EXPECT_EQ(options.get_ssl_options().get_private_key(), "/etc/k8s4r/robot.key");
-  EXPECT_TRUE(tls_setting_errors("ssl://broker:8883", "a.crt", "a.key").empty());
-  EXPECT_TRUE(tls_setting_errors("tcp://broker:1883", "", "").empty());
-  EXPECT_EQ(tls_setting_errors("ssl://broker:8883", "a.crt", "").size(), 1u);  // a certificate without its key
-  EXPECT_EQ(tls_setting_errors("ssl://broker:8883", "", "a.key").size(), 1u);
-  // Never a silent downgrade: a certificate for a plain TCP broker is an error, not ignored.
-  const auto plain = tls_setting_errors("tcp://broker:1883", "a.crt", "a.key");
-  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_TRUE(tls_setting_errors("ssl://broker:8883", {"ca.crt", "a.crt", "a.key"}).empty());
+  EXPECT_TRUE(tls_setting_errors("tcp://broker:1883", {}).empty());
+  EXPECT_EQ(tls_setting_errors("ssl://broker:8883", {"", "a.crt", ""}).size(), 1u);  // a certificate without its key
+  EXPECT_EQ(tls_setting_errors("ssl://broker:8883", {"", "", "a.key"}).size(), 1u);
+  // Never a silent downgrade: a certificate or a CA for a plain TCP broker is an error, not ignored.
+  const auto plain = tls_setting_errors("tcp://broker:1883", {"ca.crt", "a.crt", "a.key"});
+  ASSERT_EQ(plain.size(), 2u);
   EXPECT_NE(plain[0].find("never sent over plain TCP"), std::string::npos);
+  EXPECT_NE(plain[1].find("neither encrypted nor verified"), std::string::npos);
 }
 
 }  // namespace

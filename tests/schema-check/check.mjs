@@ -80,6 +80,8 @@ for (const name of Object.keys(invalidFields)) {
 const topicSchemas = [
   [/^k8s4r\/register$/, "register"],
   [/^k8s4r\/heartbeat$/, "heartbeat"],
+  [/^k8s4r\/robots\/([^/]+)\/register$/, "register"],
+  [/^k8s4r\/robots\/([^/]+)\/heartbeat$/, "heartbeat"],
   [/^k8s4r\/robots\/([^/]+)\/response$/, "register-response"],
   [/^k8s4r\/robots\/([^/]+)\/tasks\/dispatch$/, "dispatch"],
   [/^k8s4r\/robots\/([^/]+)\/tasks\/([^/]+)\/status$/, "task-status"],

@@ -8,6 +8,8 @@
 
 #include <cctype>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 namespace k8s4r::daemon {
@@ -207,6 +209,23 @@ ApplyResult parse_labels(const std::string& text, std::map<std::string, std::str
 ApplyResult parse_existing_file(const std::string& text, std::string& target) {
   if (!std::filesystem::is_regular_file(text)) return "no such file: '" + text + "'";
   target = text;
+  return std::nullopt;
+}
+
+ApplyResult parse_secret_file(const std::string& text, std::string& target) {
+  constexpr std::size_t kMaxSecret = 64 * 1024;
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(text, error)) return "no such file: '" + text + "'";
+  const auto size = std::filesystem::file_size(text, error);
+  if (error) return "cannot read '" + text + "': " + error.message();
+  if (size > kMaxSecret) return "'" + text + "' is larger than 64 KiB: not a credential";
+  std::ifstream file(text, std::ios::binary);
+  std::string content((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (!file.good() && !file.eof()) return "cannot read '" + text + "'";
+  while (!content.empty() && (content.back() == '\n' || content.back() == '\r')) content.pop_back();
+  if (content.empty()) return "'" + text + "' is empty";
+  if (content.find_first_of("\r\n") != std::string::npos) return "'" + text + "' holds more than one line";
+  target = std::move(content);
   return std::nullopt;
 }
 

@@ -6,14 +6,17 @@ bool is_tls_url(const std::string& broker_url) {
   return broker_url.rfind("ssl://", 0) == 0 || broker_url.rfind("mqtts://", 0) == 0;
 }
 
-std::vector<std::string> tls_setting_errors(const std::string& broker_url, const std::string& cert_file,
-                                            const std::string& key_file) {
+std::vector<std::string> tls_setting_errors(const std::string& broker_url, const TlsFiles& files) {
   std::vector<std::string> errors;
-  if (cert_file.empty() != key_file.empty())
+  if (files.cert_file.empty() != files.key_file.empty())
     errors.push_back("cert-file and key-file go together: a client certificate needs its private key");
-  if (!cert_file.empty() && !broker_url.empty() && !is_tls_url(broker_url))
+  const bool plain = !broker_url.empty() && !is_tls_url(broker_url);
+  if (!files.cert_file.empty() && plain)
     errors.push_back("cert-file needs an ssl:// or mqtts:// broker-url, not " + broker_url +
                      ": a client certificate is never sent over plain TCP");
+  if (!files.ca_file.empty() && plain)
+    errors.push_back("ca-file needs an ssl:// or mqtts:// broker-url, not " + broker_url +
+                     ": a tcp:// broker is neither encrypted nor verified");
   return errors;
 }
 

@@ -10,6 +10,7 @@
 #include "k8s4r/mqtt/connect_options.h"
 #include "k8s4r/mqtt/link.h"
 #include "k8s4r/mqtt/tcp_nodelay.h"
+#include "k8s4r/mqtt/tls_check.h"
 
 #include <mqtt/async_client.h>
 
@@ -27,6 +28,44 @@ namespace {
 
 constexpr std::chrono::milliseconds kRoomPoll{5};
 constexpr std::chrono::milliseconds kMaxWaitForRoom{30'000};
+constexpr std::chrono::milliseconds kTlsDiagnosisTimeout{3'000};
+
+// The MQTT 5 reason codes a daemon meets when the broker says no, in words.
+std::string reason_words(int code) {
+  switch (code) {
+    case 128:
+      return "unspecified error";
+    case 133:
+      return "client identifier not valid";
+    case 134:
+      return "bad user name or password";
+    case 135:
+      return "not authorized";
+    case 136:
+      return "server unavailable";
+    case 137:
+      return "server busy";
+    case 138:
+      return "banned";
+    case 142:
+      return "session taken over (another client connected with this client id)";
+    case 151:
+      return "quota exceeded";
+    case 152:
+      return "administrative action (the client was removed or disabled)";
+    case 156:
+      return "use another server";
+    case 159:
+      return "connection rate exceeded";
+    default:
+      return "";
+  }
+}
+
+std::string reason_text(int code) {
+  const std::string words = reason_words(code);
+  return "reason code " + std::to_string(code) + (words.empty() ? "" : " (" + words + ")");
+}
 
 class PahoLink final : public Link, private ::mqtt::iaction_listener {
  public:
@@ -45,7 +84,7 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
     });
     client_.set_disconnected_handler([this](const ::mqtt::properties&, ::mqtt::ReasonCode code) {
       if (events_.connection_lost) {
-        events_.connection_lost("the broker disconnected us, reason code " + std::to_string(static_cast<int>(code)));
+        events_.connection_lost("the broker disconnected us, " + reason_text(static_cast<int>(code)));
       }
     });
     client_.set_message_callback([this](::mqtt::const_message_ptr message) {
@@ -193,13 +232,41 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
   static std::uint64_t id_of(const ::mqtt::token& token) {
     return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(token.get_user_context()));
   }
-  void on_success(const ::mqtt::token& token) override { finish(id_of(token), true, ""); }
+  void on_success(const ::mqtt::token& token) override {
+    // Paho C calls a SUBSCRIBE of several filters a success whatever the
+    // broker granted: a filter it refused (an ACL) fails the subscription
+    // here instead of leaving the daemon deaf to it.
+    if (token.get_type() == ::mqtt::token::SUBSCRIBE) {
+      const ::mqtt::subscribe_response response = token.get_subscribe_response();  // a copy: keep it
+      const std::vector<::mqtt::ReasonCode> codes = response.get_reason_codes();
+      const auto topics = token.get_topics();
+      for (std::size_t i = 0; i < codes.size(); ++i) {
+        const int code = static_cast<int>(codes[i]);
+        if (code < 0x80) continue;
+        const std::string filter = topics && i < topics->size() ? (*topics)[i] : "a filter";
+        return finish(id_of(token), false,
+                      "the broker refused the subscription to " + filter + ", " + reason_text(code));
+      }
+    }
+    finish(id_of(token), true, "");
+  }
   void on_failure(const ::mqtt::token& token) override {
     std::string why = "failed, return code " + std::to_string(token.get_return_code());
-    if (token.get_reason_code() != ::mqtt::ReasonCode::SUCCESS) {
-      why += ", reason code " + std::to_string(static_cast<int>(token.get_reason_code()));
+    if (token.get_reason_code() != ::mqtt::ReasonCode::SUCCESS)
+      why += ", " + reason_text(static_cast<int>(token.get_reason_code()));
+    const std::uint64_t id = id_of(token);
+    if (token.get_type() == ::mqtt::token::CONNECT && token.get_return_code() == MQTTASYNC_FAILURE &&
+        is_tls_url(settings_.broker_url)) {
+      // Paho's "TCP/TLS connect failure" says nothing of the cause: a
+      // handshake of our own does, off Paho's thread.
+      command(0, [this, id, why] {
+        const std::string cause = diagnose_tls(
+            settings_.broker_url, {settings_.ca_file, settings_.cert_file, settings_.key_file}, kTlsDiagnosisTimeout);
+        finish(id, false, cause.empty() ? why : why + ": " + cause);
+      });
+      return;
     }
-    finish(id_of(token), false, why);
+    finish(id, false, why);
   }
 
   // Declared before client_, so they outlive Paho's threads, which the

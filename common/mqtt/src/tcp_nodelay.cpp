@@ -1,8 +1,9 @@
 #include "k8s4r/mqtt/tcp_nodelay.h"
 
+#include "broker_address.h"
+
 #include <cstring>
 #include <filesystem>
-#include <string_view>
 #include <vector>
 
 #include <arpa/inet.h>
@@ -14,29 +15,6 @@
 namespace k8s4r::mqtt {
 
 namespace {
-
-struct Peer {
-  std::string host, port;
-};
-
-bool split_url(const std::string& url, Peer& peer) {
-  const std::size_t scheme_end = url.find("://");
-  if (scheme_end == std::string::npos) return false;
-  const std::string_view scheme = std::string_view(url).substr(0, scheme_end);
-  if (scheme != "tcp" && scheme != "ssl" && scheme != "mqtt" && scheme != "mqtts") return false;
-  std::string rest = url.substr(scheme_end + 3);
-  rest = rest.substr(0, rest.find('/'));
-  if (!rest.empty() && rest.front() == '[') {  // [IPv6]:port
-    const std::size_t close = rest.find(']');
-    if (close == std::string::npos || close + 1 >= rest.size() || rest[close + 1] != ':') return false;
-    peer = {rest.substr(1, close - 1), rest.substr(close + 2)};
-  } else {
-    const std::size_t colon = rest.rfind(':');
-    if (colon == std::string::npos) return false;
-    peer = {rest.substr(0, colon), rest.substr(colon + 1)};
-  }
-  return !peer.host.empty() && !peer.port.empty();
-}
 
 bool same_address(const sockaddr_storage& a, const sockaddr* b) {
   if (a.ss_family != b->sa_family) return false;
@@ -56,12 +34,12 @@ bool same_address(const sockaddr_storage& a, const sockaddr* b) {
 }  // namespace
 
 int disable_nagle_towards(const std::string& broker_url) {
-  Peer peer;
-  if (!split_url(broker_url, peer)) return 0;
+  const auto peer = broker_address(broker_url);
+  if (!peer) return 0;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* resolved = nullptr;
-  if (getaddrinfo(peer.host.c_str(), peer.port.c_str(), &hints, &resolved) != 0) return 0;
+  if (getaddrinfo(peer->host.c_str(), peer->port.c_str(), &hints, &resolved) != 0) return 0;
   int set = 0;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {

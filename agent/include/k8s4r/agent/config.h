@@ -21,7 +21,8 @@ namespace k8s4r::agent {
 struct AgentConfig {
   std::string broker_url;                   // broker-url (required): tcp://host:1883, ssl://host:8883
   std::string robot_id;                     // robot-id (required): a DNS-1123 label
-  std::string token;                        // token: in register and heartbeat, and the MQTT password
+  std::string token;                        // token or token-file: in register and heartbeat, and the MQTT password
+  bool legacy_topics = false;               // legacy-topics: register and heartbeat on k8s4r/register, k8s4r/heartbeat
   std::string ca_file;                      // ca-file: CA bundle for ssl:// brokers
   std::string cert_file, key_file;          // cert-file, key-file: client certificate (mutual TLS)
   std::string work_dir = "/var/lib/k8s4r";  // work-dir: journal, report queue, task directories

@@ -16,7 +16,7 @@ struct BridgeConfig {
   std::string broker_url;                  // broker-url (required)
   std::string client_id = "k8s4r-bridge";  // client-id: the bridge's MQTT client id (its persistent session)
   std::string username;                    // mqtt-username
-  std::string password_file;               // mqtt-password-file: never the password itself in a flag
+  std::string password;                    // read from mqtt-password-file: never a flag value in the process list
   std::string ca_file;                     // ca-file: for ssl:// brokers
   std::string cert_file, key_file;         // cert-file, key-file: client certificate (mutual TLS)
   std::string kubeconfig;                  // kubeconfig: empty: $KUBECONFIG, in-cluster, ~/.kube/config
@@ -24,6 +24,10 @@ struct BridgeConfig {
   std::string metrics_bind_address = "127.0.0.1:9090";  // metrics-bind-address: /metrics, /healthz, /readyz
   std::chrono::nanoseconds heartbeat_write_interval = std::chrono::seconds(60);  // heartbeat-write-interval
   std::chrono::nanoseconds dispatch_resend_after = std::chrono::seconds(30);     // dispatch-resend-after
+  // legacy-topics: also take Go K8s4r agents' register and heartbeat on the
+  // shared k8s4r/register and k8s4r/heartbeat, where the robot is named only
+  // in the payload. Turn off once no Go agent is left (docs/security.md).
+  bool legacy_topics = true;
   std::size_t kube_writers = 4;  // kube-writers: threads writing to the API server
   std::string log_level = "info";
   std::string config_file;

@@ -1,7 +1,10 @@
 // The MQTT topics of the k8s4r wire contract (docs/protocol.md).
 //
-// The first five topics are fixed by existing K8s4r deployments; presence is
-// ours. Builders validate the identifiers they put into a topic, so no caller
+// The shared register and heartbeat topics and the per-robot response,
+// dispatch and status topics are fixed by existing K8s4r deployments; presence
+// and the per-robot register and heartbeat topics are ours: every message a
+// robot sends then names the robot in its topic, so the broker can confine a
+// robot to its own topics (docs/security.md). Builders validate the identifiers they put into a topic, so no caller
 // can publish to a topic a '+', '#' or '/' would change. parse_topic is the
 // inverse: it tells which message a received topic carries and for whom.
 //
@@ -15,13 +18,21 @@
 
 namespace k8s4r::topics {
 
+// The legacy shared topics of Go K8s4r agents: the robot is named only in the
+// payload.
 inline constexpr std::string_view kRegister = "k8s4r/register";
 inline constexpr std::string_view kHeartbeat = "k8s4r/heartbeat";
 
 // Subscription filters for the bridge, which listens for every robot.
+inline constexpr std::string_view kAllRegisterFilter = "k8s4r/robots/+/register";
+inline constexpr std::string_view kAllHeartbeatFilter = "k8s4r/robots/+/heartbeat";
 inline constexpr std::string_view kAllTaskStatusFilter = "k8s4r/robots/+/tasks/+/status";
 inline constexpr std::string_view kAllPresenceFilter = "k8s4r/robots/+/presence";
 
+// k8s4r/robots/{robotId}/register
+Result<std::string> robot_register(std::string_view robot_id);
+// k8s4r/robots/{robotId}/heartbeat
+Result<std::string> robot_heartbeat(std::string_view robot_id);
 // k8s4r/robots/{robotId}/response
 Result<std::string> response(std::string_view robot_id);
 // k8s4r/robots/{robotId}/tasks/dispatch
@@ -37,8 +48,9 @@ enum class TopicKind { register_robot, heartbeat, response, dispatch, task_statu
 
 struct ParsedTopic {
   TopicKind kind;
-  std::string robot_id;  // empty for register and heartbeat: it is in the payload
+  std::string robot_id;  // empty for the legacy register and heartbeat topics: it is in the payload
   std::string task_uid;  // set for task_status only
+  bool legacy = false;   // k8s4r/register or k8s4r/heartbeat
   bool operator==(const ParsedTopic&) const = default;
 };
 

@@ -72,6 +72,10 @@ ApplyResult parse_bool(const std::string& text, bool& target);  // "true" or "fa
 ApplyResult parse_broker_url(const std::string& text, std::string& target);
 ApplyResult parse_labels(const std::string& text, std::map<std::string, std::string>& target);
 ApplyResult parse_existing_file(const std::string& text, std::string& target);
+// Reads a credential from the file at `text` into `target`: at most 64 KiB,
+// one line (trailing CR/LF dropped), not empty. Errors name the file, never
+// its content.
+ApplyResult parse_secret_file(const std::string& text, std::string& target);
 // host:port, with a port from 0 (any free port) to 65535.
 ApplyResult parse_bind_address(const std::string& text, std::string& target);
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "k8s4r/mqtt/link.h"
+#include "k8s4r/mqtt/tls_check.h"
 
 #include <mqtt/connect_options.h>
 
@@ -25,9 +26,9 @@ namespace k8s4r::mqtt {
 bool is_tls_url(const std::string& broker_url);
 
 // What is wrong with a daemon's TLS settings, for its config validation: a
-// certificate without its key (or the reverse), a certificate for a plain
-// tcp:// broker.
-std::vector<std::string> tls_setting_errors(const std::string& broker_url, const std::string& cert_file,
-                                            const std::string& key_file);
+// certificate without its key (or the reverse), a CA or a certificate for a
+// plain tcp:// broker (TLS settings are never dropped silently). Reads no
+// file: a daemon's validation adds tls_file_errors.
+std::vector<std::string> tls_setting_errors(const std::string& broker_url, const TlsFiles& files);
 
 }  // namespace k8s4r::mqtt
