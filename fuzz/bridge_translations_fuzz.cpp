@@ -73,13 +73,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   // As a Robot.
   (void)crd::read_robot(object);
-  (void)bridge::may_register(&object);
   (void)bridge::facts_of_robot(object);
   (void)bridge::last_heartbeat_of(object);
   Register registration;
   registration.robot_id = "robot-1";
   registration.token = "t";
   registration.labels = {{"zone", "a"}};
+  (void)bridge::may_register(&object, registration);
   (void)bridge::register_spec_patch(registration, object);
   (void)bridge::register_status_patch(registration, &object, now);
   Heartbeat heartbeat;

@@ -251,17 +251,30 @@ class SecureBroker(Broker):
     """Mosquitto as docs/security.md sets it up: TLS only, no anonymous clients, one user per robot (its robot id
     and token in a password file), and the per-robot ACL of deploy/mosquitto/k8s4r.acl. It runs as root so it can
     read the test's files (started as root it would otherwise drop to its own user first, and find them unreadable),
-    and logs every decision, denials included."""
+    and logs every decision, denials included.
 
-    def __init__(self, workdir, tls, users, acl_file=DEPLOY_ACL, extra_config=""):
+    The bridge (`k8s4r-bridge`) and the operator (`k8s4r-operator`, read-only) have logins of their own: a
+    BridgeProcess and an Observer given this broker use them unless told otherwise; an AgentProcess checks the
+    broker's certificate against `ca`. Robots are added with add_robot(id, token)."""
+    bridge_password = "bridge-password-7f3a"
+    operator_password = "operator-password-91c2"
+
+    def __init__(self, workdir, tls, users=None, acl_file=DEPLOY_ACL, extra_config=""):
         self.tls, self.ca = tls, tls["ca"]
         self.passwords = pathlib.Path(workdir) / "passwd"
         self.acl_file = acl_file
         pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
-        for user, password in users.items():
-            self.set_password(user, password)
+        if users is not None:
+            for user, password in {"k8s4r-bridge": self.bridge_password,
+                                   "k8s4r-operator": self.operator_password, **users}.items():
+                self.set_password(user, password)
         super().__init__(workdir, "user root\nlog_type all\n" + extra_config)
         self.url = f"ssl://127.0.0.1:{self.port}"
+
+    def add_robot(self, robot, token):
+        """A robot's login: its id and token in the password file, read again by the running broker."""
+        self.set_password(robot, token)
+        self.reload()
 
     def listener_config(self):
         return (f"cafile {self.tls['ca']}\ncertfile {self.tls['cert']}\nkeyfile {self.tls['key']}\n"
@@ -319,6 +332,8 @@ class Observer:
         self.client.on_connect = on_connect
         self.client.on_subscribe = on_subscribe
         self.client.on_message = on_message
+        if username is None and getattr(broker, "operator_password", None):
+            username, password = "k8s4r-operator", broker.operator_password  # read-only, as an operator tails
         if username:
             self.client.username_pw_set(username, password)
         if getattr(broker, "ca", None):  # a SecureBroker: TLS, its certificate checked against the test CA

@@ -5,6 +5,7 @@
 #include "k8s4r/bridge/cached_fields.h"
 
 #include "k8s4r/crd/resources.h"
+#include "k8s4r/crd/robot_secret.h"
 
 #include <spdlog/spdlog.h>
 
@@ -39,7 +40,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
                    "From the Task informer seeing state dispatching to the broker acknowledging the dispatch.",
                    {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
   metrics_.declare("k8s4r_bridge_heartbeat_writes_total", Type::counter,
-                   "Heartbeats written to their Robot: at once (reason=changed, first) or in their slot (interval).");
+                   "Heartbeats written to their Robot: at once (reason=changed, first), in their slot (interval), or "
+                   "ahead of an offline presence (offline).");
   metrics_.declare("k8s4r_bridge_heartbeats_coalesced_total", Type::counter,
                    "Heartbeats folded into a later write instead of written themselves.");
   metrics_.declare("k8s4r_bridge_mqtt_connected", Type::gauge, "1 while the bridge holds its MQTT session.");
@@ -69,6 +71,12 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
                    "Informer consistency checks, by result (match, mismatch).");
   metrics_.declare("k8s4r_bridge_kube_requests_total", Type::counter,
                    "Every request to the Kubernetes API (lists, watches and writes) and its retries.");
+  metrics_.declare("k8s4r_bridge_broker_identities", Type::gauge,
+                   "Robot logins the bridge holds in the broker's dynamic-security plugin.");
+  metrics_.declare("k8s4r_bridge_broker_identity_changes_total", Type::counter,
+                   "Robot logins made (create), given a new token (rotate) and removed (remove) in the broker.");
+  metrics_.declare("k8s4r_bridge_broker_identity_errors_total", Type::counter,
+                   "Dynamic-security commands that failed or were not answered, by kind.");
 
   kube::InformerOptions robot_options{crd::kRobots, namespace_};
   kube::InformerOptions task_options{crd::kTasks, namespace_};
@@ -80,6 +88,22 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   task_options.transform = keep_cached_fields;
   robots_ = std::make_unique<kube::Informer>(client_, robot_options);
   tasks_ = std::make_unique<kube::Informer>(client_, task_options);
+  if (config_.dynamic_security) {
+    kube::InformerOptions secret_options{crd::kSecrets, namespace_};
+    secret_options.label_selector = crd::kRobotIdLabel;
+    secret_options.transform = crd::keep_robot_secret_fields;  // the token, and nothing else of a Secret
+    secrets_ = std::make_unique<kube::Informer>(client_, secret_options);
+    const auto changed = [this](const kube::ObjectPtr& secret) {
+      loop_.post([this, robot = crd::robot_of_secret(*secret)] { reconcile_identity(robot); });
+    };
+    secrets_->add_handler(
+        kube::EventHandler{changed,
+                           [changed](const kube::ObjectPtr&, const kube::ObjectPtr& secret) { changed(secret); },
+                           [changed](const kube::ObjectPtr& secret, bool) { changed(secret); },
+                           {}});
+    std::random_device random;
+    identities_.prefix = "k8s4r-bridge-" + std::to_string(random()) + "-";
+  }
   tasks_->add_index("robot", [](const json& task) -> std::vector<std::string> {
     const std::string robot = crd::read_task(task).target_robot;
     if (robot.empty()) return {};
@@ -127,7 +151,10 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
     m.set("k8s4r_bridge_work_queue_wait_seconds_total", {}, std::chrono::duration<double>(queue.wait_total).count());
     m.set("k8s4r_bridge_work_queue_longest_wait_seconds", {},
           std::chrono::duration<double>(queue.longest_wait).count());
-    for (const auto& [name, informer] : {std::pair{"robots", robots_.get()}, std::pair{"tasks", tasks_.get()}}) {
+    m.set("k8s4r_bridge_broker_identities", {}, static_cast<double>(identities_.managed.size()));
+    std::vector<std::pair<const char*, kube::Informer*>> informers{{"robots", robots_.get()}, {"tasks", tasks_.get()}};
+    if (secrets_) informers.emplace_back("secrets", secrets_.get());
+    for (const auto& [name, informer] : informers) {
       const auto informer_metrics = informer->metrics();
       const daemon::Labels labels{{"resource", name}};
       m.set("k8s4r_bridge_informer_lists_total", labels, static_cast<double>(informer_metrics.lists));
@@ -157,6 +184,7 @@ Bridge::~Bridge() {
   if (writer_) writer_->stop();
   if (robots_) robots_->stop();
   if (tasks_) tasks_->stop();
+  if (secrets_) secrets_->stop();
 }
 
 Timestamp Bridge::now() const { return hooks_.now(); }
@@ -168,6 +196,7 @@ void Bridge::start() {
   spdlog::info("k8s4r-bridge: watching Robots and Tasks in namespace {}, broker {}", namespace_, config_.broker_url);
   robots_->start();
   tasks_->start();
+  if (secrets_) secrets_->start();
   if (hooks_.watchdog_interval && hooks_.notify) {
     const auto interval = *hooks_.watchdog_interval;
     std::shared_ptr<std::function<void()>> feed = std::make_shared<std::function<void()>>();
@@ -183,7 +212,7 @@ void Bridge::start() {
 
 void Bridge::check_synced() {
   if (stopping_) return;
-  if (robots_->has_synced() && tasks_->has_synced()) {
+  if (robots_->has_synced() && tasks_->has_synced() && (!secrets_ || secrets_->has_synced())) {
     synced_ = true;
     spdlog::info("informers synced: {} robot(s), {} task(s); connecting to the broker", robots_->list().size(),
                  tasks_->list().size());
@@ -233,6 +262,7 @@ void Bridge::on_connected() {
     subscriptions.push_back({std::string(topics::kRegister), 1});
     subscriptions.push_back({std::string(topics::kHeartbeat), 0});
   }
+  if (secrets_) subscriptions.push_back({std::string(dynsec::kResponseTopic), 1});
   link_->subscribe(subscriptions, [this](bool ok, const std::string& error) {
     loop_.post([this, ok, error] {
       if (!ok) {
@@ -244,6 +274,7 @@ void Bridge::on_connected() {
                    config_.legacy_topics ? ", robots' own topics and the legacy shared ones"
                                          : ", robots' own topics only (legacy-topics off)");
       if (hooks_.notify) hooks_.notify("READY=1\nSTATUS=connected, informers synced");
+      identities_on_connected();
       // Tasks that wait on a dispatch while the broker was away.
       for (const auto& task : tasks_->list()) reconcile_task(task);
     });
@@ -257,6 +288,7 @@ void Bridge::on_disconnected(const std::string& cause) {
   else
     spdlog::warn("cannot connect to {}: {}", config_.broker_url, cause);
   mqtt_connected_ = false;
+  identities_.listed = identities_listed_ = false;  // listed again on the next connection
   metrics_.set("k8s4r_bridge_mqtt_connected", {}, 0);
   metrics_.add("k8s4r_bridge_mqtt_connection_losses_total");
   static thread_local std::mt19937 random{std::random_device{}()};
@@ -286,6 +318,7 @@ void Bridge::refuse(const std::string& what, const Refusal& refusal, const std::
 
 void Bridge::on_message(const std::string& topic, const std::string& payload) {
   if (stopping_) return;
+  if (topic == dynsec::kResponseTopic) return on_dynsec_response(payload);
   auto parsed_topic = topics::parse_topic(topic);
   if (!parsed_topic) {
     metrics_.add("k8s4r_bridge_messages_total", {{"topic", "other"}});
@@ -358,6 +391,7 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
 std::string Bridge::not_ready_reason() const {
   if (!synced_) return "informers not synced";
   if (!mqtt_connected_) return "not connected to the broker";
+  if (secrets_ && !identities_listed_) return "the broker's robot identities not listed yet";
   return "";
 }
 
@@ -373,6 +407,7 @@ void Bridge::shutdown() {
   writer_->stop();
   robots_->stop();
   tasks_->stop();
+  if (secrets_) secrets_->stop();
   loop_.stop();
 }
 

@@ -58,6 +58,10 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
        "true or false: also take register and heartbeat on Go K8s4r's shared topics, where any client can name any "
        "robot (true; turn off once no Go agent is left)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.legacy_topics); }},
+      {"dynamic-security",
+       "true or false: manage each robot's broker login from its Secret k8s4r-robot-<id> through Mosquitto's "
+       "dynamic-security plugin (false)",
+       [&c](const std::string& v) { return daemon::parse_bool(v, c.dynamic_security); }},
       {"kube-writers", "threads writing to the Kubernetes API (4)",
        [&c](const std::string& v) -> ApplyResult {
          std::size_t writers = 0;
@@ -85,6 +89,9 @@ BridgeConfigOutcome parse_bridge_config(const std::vector<std::string>& args,
       daemon::load_settings(program, settings(config), args, env, [&](std::vector<std::string>& errors) {
         if (config.broker_url.empty())
           errors.push_back("broker-url is required (--broker-url, K8S4R_BROKER_URL or the config file)");
+        if (config.dynamic_security && config.username.empty())
+          errors.push_back(
+              "dynamic-security needs mqtt-username: the bridge's own broker user, which no robot may take");
         const mqtt::TlsFiles tls{config.ca_file, config.cert_file, config.key_file};
         for (std::string& error : mqtt::tls_setting_errors(config.broker_url, tls)) errors.push_back(std::move(error));
         for (std::string& error : mqtt::tls_file_errors(tls)) errors.push_back(std::move(error));

@@ -26,6 +26,9 @@ void Bridge::on_presence(const Presence& message) {
   if (memory.presence_time && message.timestamp == *memory.presence_time && message.online == memory.presence_online) {
     return;  // the same retained message again (a resubscription)
   }
+  // A heartbeat waiting for its slot was sent before this goodbye: written
+  // first, or it would mark the robot connected again after it.
+  if (!message.online && memory.unwritten) write_heartbeat(robot_id, "offline");
   memory.presence_time = message.timestamp;
   memory.presence_online = message.online;
   memory.written.connected = message.online;

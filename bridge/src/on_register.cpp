@@ -13,7 +13,7 @@ void Bridge::on_register(const Register& message) {
   const std::string robot_id = message.robot_id;
   const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
   const std::string response_topic = topics::response(robot_id).value();  // the codec validated the id
-  if (auto allowed = may_register(robot.get()); !allowed) {
+  if (auto allowed = may_register(robot.get(), message); !allowed) {
     refuse("a register", allowed.error(), robot_id);
     publish(response_topic, encode(register_response(robot_id, false, allowed.error().message, robot.get())));
     return;
@@ -25,6 +25,16 @@ void Bridge::on_register(const Register& message) {
   request.done = [this, robot_id, response_topic, created = !robot](bool ok, const std::string& error) {
     loop_.post([this, robot_id, response_topic, created, ok, error] {
       const kube::ObjectPtr current = robots_->get(namespace_, robot_id);
+      if (ok && current && crd::read_robot(*current).phase == crd::RobotPhase::rejected) {
+        // A new token from a Rejected robot: written for the manager to
+        // judge; the robot asks again until it is approved.
+        spdlog::info("robot {} is Rejected and registered with another token: recorded for the manager to judge",
+                     robot_id);
+        publish(response_topic,
+                encode(register_response(robot_id, false, "the Robot is Rejected; its new token waits for the manager",
+                                         current.get())));
+        return;
+      }
       if (ok) {
         spdlog::info("robot {} registered{}", robot_id, created ? ": Robot created, Pending approval" : "");
         resync_robot(robot_id);

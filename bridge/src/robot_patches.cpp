@@ -19,7 +19,8 @@ bool says_connected(const json* robot) {
 crd::Condition connected_condition(bool online) {
   if (online) return {"Connected", "True", "Online", "the agent holds an MQTT session"};
   return {"Connected", "False", "Disconnected",
-          "the agent went offline: it said goodbye, or the broker published its last will"};
+          "the agent went offline: it said goodbye, the broker published its last will, or the bridge removed its "
+          "broker login"};
 }
 
 constexpr std::string_view kStorageReady = "StorageReady";
@@ -58,13 +59,16 @@ std::string capacity_text(const json& device) {
   return capacity.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-Decision<void> may_register(const json* robot) {
+Decision<void> may_register(const json* robot, const Register& message) {
   if (robot) {
     const crd::RobotView view = crd::read_robot(*robot);
-    if (view.phase == crd::RobotPhase::rejected) {
-      const json& message = field(*robot, "status", "message");
-      return Refusal{"RobotRejected", "the Robot is Rejected" +
-                                          (message.is_string() ? ": " + message.get<std::string>() : std::string())};
+    const json& judged = field(*robot, "status", "tokenDigest");
+    const std::string presented = message.token.empty() ? "" : crd::token_digest(message.token);
+    const bool same_token = judged.is_string() ? judged.get<std::string>() == presented : presented.empty();
+    if (view.phase == crd::RobotPhase::rejected && same_token) {
+      const json& why = field(*robot, "status", "message");
+      return Refusal{"RobotRejected",
+                     "the Robot is Rejected" + (why.is_string() ? ": " + why.get<std::string>() : std::string())};
     }
   }
   return boost::outcome_v2::success();

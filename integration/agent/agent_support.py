@@ -123,6 +123,8 @@ class AgentProcess:
         command = [binary("k8s4r-agent"), "--broker-url", self.broker.url, "--robot-id", self.robot,
                    "--work-dir", str(self.work_dir), "--heartbeat-interval", "1s", "--log-level", "debug",
                    *self.extra, *more]
+        if getattr(self.broker, "ca", None) and "--ca-file" not in command:
+            command += ["--ca-file", self.broker.ca]  # a SecureBroker: its certificate checked against the test CA
         self.log = open(self.log_path, "a")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         return self

@@ -121,6 +121,13 @@ class BridgeProcess(DaemonProcess):
         kubeconfig = getattr(self.sim, "bridge_kubeconfig", self.sim.kubeconfig)
         command = [binary("k8s4r-bridge"), "--broker-url", self.broker.url, "--kubeconfig", str(kubeconfig),
                    "--metrics-bind-address", f"127.0.0.1:{self.port}", "--log-level", self.log_level, *self.extra]
+        if getattr(self.broker, "bridge_password", None) and "--mqtt-username" not in command:
+            # A SecureBroker: the bridge logs in as itself, its password from a file, the broker checked.
+            password_file = self.workdir / "mqtt-password"
+            password_file.write_text(self.broker.bridge_password + "\n")
+            password_file.chmod(0o600)
+            command += ["--mqtt-username", "k8s4r-bridge", "--mqtt-password-file", str(password_file),
+                        "--ca-file", self.broker.ca]
         self.log = open(self.log_path, "a")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
                                         env={"PATH": "/usr/bin:/bin"})

@@ -1,6 +1,7 @@
 """Helpers for the manager's end-to-end tests: the real k8s4r-manager, k8s4r-bridge and several k8s4r-agents against
 a real Mosquitto and k8s4r-kube-sim (enforcing RBAC: each daemon runs as its own ServiceAccount under its deploy/
-Role), judged with kubectl."""
+Role), judged with kubectl. The broker is set up as docs/security.md says (TLS only, a login per robot, the
+per-robot ACL): the whole system end to end, over TLS."""
 import json
 import pathlib
 import subprocess
@@ -13,7 +14,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "agent")
 
 from agent_support import AgentProcess, processes_marked  # noqa: E402,F401
 from bridge_support import BridgeProcess, DaemonProcess, apply_bridge_rbac, apply_rbac, get  # noqa: E402,F401
-from conftest import binary, free_port, wait_until  # noqa: E402
+from conftest import SecureBroker, binary, free_port, make_tls_files, wait_until  # noqa: E402
 
 DEPLOY = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "manager"
 # Fast clocks for tests: a robot is Offline 3 s after its broker connection drops.
@@ -75,6 +76,14 @@ def manager_factory(tmp_path, sim):
 
 
 @pytest.fixture
+def broker(tmp_path):
+    """Mosquitto on TLS with a password file and deploy/mosquitto/k8s4r.acl; robots get their logins as they start."""
+    started = SecureBroker(tmp_path / "broker", make_tls_files(tmp_path / "mqtt-tls"), {})
+    yield started
+    started.stop()
+
+
+@pytest.fixture
 def bridge(tmp_path, broker, sim):
     made = BridgeProcess(tmp_path / "bridge", broker, sim, ["--heartbeat-write-interval", "2s",
                                                            "--dispatch-resend-after", "2s"]).start()
@@ -89,6 +98,7 @@ def robots(tmp_path, broker, bridge, sim):
 
     def start(name, labels="", extra=()):
         args = ["--token", f"token-{name}", *(["--labels", labels] if labels else []), *extra]
+        broker.add_robot(name, f"token-{name}")
         agent = AgentProcess(broker, tmp_path / f"work-{name}", name, args)
         agent.start()
         made.append(agent)

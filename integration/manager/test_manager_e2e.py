@@ -3,9 +3,9 @@ manager deciding (robot approval and liveness, placement, rescheduling), judged 
 import threading
 import time
 
-from conftest import Observer
-from manager_support import (apply, bridge, get, group, items, job, job_state, manager_factory,  # noqa: F401
-                             processes_marked,
+from conftest import Broker, Observer
+from manager_support import (BridgeProcess, apply, bridge, broker, get, group, items, job, job_state,  # noqa: F401
+                             manager_factory, processes_marked,
                              robot_phase, robots, sim, tasks_of_job, wait_job, wait_until, zone_is)
 from go_agent import GoK8s4rAgent  # noqa: E402 (integration/bridge, on the path manager_support sets)
 
@@ -193,7 +193,9 @@ def test_a_task_its_robot_stops_listing_is_lost_replaced_and_stopped_there(sim, 
     after --disconnect-grace of them the manager marks the Task lost and replaces it, and the bridge tells the
     robot to stop the old one. The robot is scripted on the wire, as k8s4r-agent speaks, so it can forget."""
     manager_factory().start()
-    robot = Observer(broker, topics=("k8s4r/robots/robot-s/#",), client_id="robot-s")
+    broker.add_robot("robot-s", "t")
+    robot = Observer(broker, topics=("k8s4r/robots/robot-s/#",), client_id="robot-s", username="robot-s",
+                     password="t")
     running = []  # what the scripted robot lists in its heartbeats
     stop = threading.Event()
 
@@ -234,12 +236,16 @@ def test_a_task_its_robot_stops_listing_is_lost_replaced_and_stopped_there(sim, 
         robot.close()
 
 
-def test_a_go_k8s4r_robot_runs_a_jobs_tasks_and_is_never_taken_for_losing_them(sim, broker, bridge, manager_factory):
+def test_a_go_k8s4r_robot_runs_a_jobs_tasks_and_is_never_taken_for_losing_them(sim, tmp_path, manager_factory):
     """A robot running the Go K8s4r agent (go_agent.py: no presence, `runningTasks: null`, final state only from its
     5 s monitor) runs a Go K8s4r-style Job through the manager. Its heartbeats say nothing of its tasks, which must
-    read as "not said", never "none": its tasks outlive --disconnect-grace and are not lost."""
+    read as "not said", never "none": its tasks outlive --disconnect-grace and are not lost. The Go agent logs in to
+    no broker and knows no TLS: a plain broker, as its fleets run today."""
     manager_factory().start()
-    go = GoK8s4rAgent(broker, "go-robot", "legacy-token").start()
+    plain = Broker(tmp_path / "plain-broker")
+    bridge = BridgeProcess(tmp_path / "plain-bridge", plain, sim, ["--heartbeat-write-interval", "2s",
+                                                                  "--dispatch-resend-after", "2s"]).start()
+    go = GoK8s4rAgent(plain, "go-robot", "legacy-token").start()
     try:
         wait_until(lambda: robot_phase(sim, "go-robot") == "Online", 20, "the Go robot to be Online")
         apply(sim, job("legacy", [group("g", 2, "sleep 6", [{"lTarget": "${robot.name}", "operand": "=",
@@ -252,6 +258,8 @@ def test_a_go_k8s4r_robot_runs_a_jobs_tasks_and_is_never_taken_for_losing_them(s
         assert "runningTasks" not in get(sim, "robot", "go-robot")["status"]
     finally:
         go.stop()
+        bridge.stop()
+        plain.stop()
 
 
 def test_a_task_no_robot_fits_waits_pending_saying_why_and_runs_once_one_does(sim, robots, manager_factory):

@@ -1,18 +1,19 @@
-"""One identity per robot, confined by the broker to its own topics (deploy/mosquitto/k8s4r.acl), over TLS: the real
-bridge and agents against Mosquitto as docs/security.md sets it up, and a client holding one robot's credentials that
-tries to act for another. Each attempt must be refused by the broker (its log says so) or dropped and counted by the
-bridge, and change nothing a user would see."""
+"""One identity per robot, confined by the broker to its own topics, over TLS: the real bridge and agents against
+Mosquitto as docs/security.md sets it up (each test runs with the ACL file and with the dynamic-security plugin), and a
+client holding one robot's credentials that tries to act for another. Each attempt must be refused by the broker (its
+log says so) or dropped and counted by the bridge, and change nothing a user would see."""
 import pytest
 
-from security_support import OPERATOR_PASSWORD, TOKENS, broker, secure_agent, secure_bridge, tls  # noqa: F401
-from bridge_support import create_task, dispatch, get, sim, state_of, wait_state  # noqa: F401,E402 (path set above)
+from security_support import (OPERATOR_PASSWORD, TOKENS, broker, mode, secure_agent, secure_bridge, sim, tls,  # noqa: F401
+                               wait_ready)
+from bridge_support import create_task, dispatch, get, state_of, wait_state  # noqa: E402 (path set above)
 from conftest import Observer, wait_until  # noqa: E402
 
 
 @pytest.fixture
 def fleet(tmp_path, broker, sim):
     """The bridge and two agents, every one of them logged in as itself over TLS."""
-    bridge = secure_bridge(tmp_path / "bridge", broker, sim).start()
+    bridge = wait_ready(secure_bridge(tmp_path / "bridge", broker, sim).start())
     agents = [secure_agent(tmp_path, broker, robot).start() for robot in ("robot-1", "robot-2")]
     try:
         for robot in ("robot-1", "robot-2"):
@@ -100,7 +101,7 @@ def test_a_robot_cannot_act_for_another(sim, broker, fleet):
 
 
 def test_a_client_without_a_robots_password_cannot_connect(broker, fleet):
-    for username, password in (("robot-1", "guessed"), (None, None), ("robot-4", "unknown-user")):
+    for username, password in (("robot-1", "guessed"), ("", None), ("robot-4", "unknown-user")):
         client = Observer(broker, topics=(), username=username, password=password)
         try:
             assert client.connect_rc == 5, (username, client.connect_rc)  # not authorised

@@ -3,6 +3,7 @@
 #include "k8s4r/manager/manager.h"
 
 #include "k8s4r/crd/resources.h"
+#include "k8s4r/crd/robot_secret.h"
 
 #include <spdlog/spdlog.h>
 
@@ -74,18 +75,10 @@ Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& me
   metrics_.declare("k8s4r_manager_robots", Type::gauge, "Robots in the cache, by phase.");
 
   const std::string& ns = config_.namespace_;
-  kube::InformerOptions secret_options{kube::Resource{"", "v1", "secrets", true}, ns};
-  secret_options.label_selector = kRobotIdLabel;
+  kube::InformerOptions secret_options{crd::kSecrets, ns};
+  secret_options.label_selector = crd::kRobotIdLabel;
   // Only the digest of a token is ever used; the rest of a Secret stays out of memory.
-  secret_options.transform = [](json& secret) {
-    kube::strip_managed_fields(secret);
-    json data = json::object();
-    if (secret.contains("data") && secret["data"].is_object() && secret["data"].contains("token"))
-      data["token"] = secret["data"]["token"];
-    secret["data"] = std::move(data);
-    secret.erase("stringData");
-    if (secret.contains("metadata") && secret["metadata"].is_object()) secret["metadata"].erase("annotations");
-  };
+  secret_options.transform = crd::keep_robot_secret_fields;
   robots_ = std::make_unique<kube::Informer>(client_, kube::InformerOptions{crd::kRobots, ns});
   secrets_ = std::make_unique<kube::Informer>(client_, secret_options);
   jobs_ = std::make_unique<kube::Informer>(client_, kube::InformerOptions{crd::kJobs, ns});
@@ -183,7 +176,7 @@ void Manager::add_handlers() {
                          },
                          {}});
   const auto secret_changed = [this](const kube::ObjectPtr& secret) {
-    const std::string robot = crd::string_at(*secret, {"metadata", "labels", kRobotIdLabel});
+    const std::string robot = crd::string_at(*secret, {"metadata", "labels", crd::kRobotIdLabel});
     if (!robot.empty()) robot_controller_.queue->add(crd::string_at(*secret, {"metadata", "namespace"}) + "/" + robot);
   };
   secrets_->add_handler(kube::EventHandler{
@@ -279,7 +272,7 @@ void Manager::start() {
         "every robot that registers is approved (--require-robot-token is off): anyone who reaches the broker can "
         "join the fleet. To lock it down, create a Secret k8s4r-robot-<robot id> (key token, label {}=<robot id>) "
         "per robot and start the manager with --require-robot-token (docs/manager.md)",
-        kRobotIdLabel);
+        crd::kRobotIdLabel);
   }
   for (auto* informer : {robots_.get(), secrets_.get(), jobs_.get(), groups_.get(), tasks_.get()}) informer->start();
 }

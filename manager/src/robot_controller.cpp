@@ -6,8 +6,8 @@
 // handler, so a robot going Offline reaches its Tasks.
 #include "k8s4r/manager/manager.h"
 
-#include "k8s4r/common/base64.h"
 #include "k8s4r/crd/resources.h"
+#include "k8s4r/crd/robot_secret.h"
 
 #include <spdlog/spdlog.h>
 
@@ -16,15 +16,12 @@ namespace k8s4r::manager {
 using nlohmann::json;
 
 std::optional<std::string> Manager::secret_digest(const std::string& namespace_, const std::string& robot) const {
-  const kube::ObjectPtr secret = secrets_->get(namespace_, robot_secret_name(robot));
+  const kube::ObjectPtr secret = secrets_->get(namespace_, crd::robot_secret_name(robot));
   if (!secret) return std::nullopt;
   // The Secret must name this robot: a Secret of the right name made for
   // another robot (or by someone who cannot label) approves nothing.
-  if (crd::string_at(*secret, {"metadata", "labels", kRobotIdLabel}) != robot) return std::nullopt;
-  const std::string encoded = crd::string_at(*secret, {"data", "token"});
-  if (encoded.empty()) return std::nullopt;
-  const auto token = base64_decode(encoded);
-  if (!token || token->empty()) return std::nullopt;
+  const auto token = crd::robot_secret_token(*secret, robot);
+  if (!token) return std::nullopt;
   return crd::token_digest(*token);
 }
 

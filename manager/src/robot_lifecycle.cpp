@@ -1,5 +1,7 @@
 #include "k8s4r/manager/robot_lifecycle.h"
 
+#include "k8s4r/crd/robot_secret.h"
+
 #include "k8s4r/common/duration.h"
 
 namespace k8s4r::manager {
@@ -24,12 +26,10 @@ std::optional<Timestamp> disconnected_since(const json& robot) {
 
 }  // namespace
 
-std::string robot_secret_name(const std::string& name) { return "k8s4r-robot-" + name; }
-
 RobotVerdict judge_robot(const json& robot, const std::optional<std::string>& secret_digest, const RobotPolicy& policy,
                          Timestamp now) {
   const crd::RobotView view = crd::read_robot(robot);
-  const std::string secret = robot_secret_name(view.name);
+  const std::string secret = crd::robot_secret_name(view.name);
   if (policy.require_token) {
     const json& presented = crd::value_at(robot, {"status", "tokenDigest"});
     if (!secret_digest) {

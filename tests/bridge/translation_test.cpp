@@ -85,13 +85,24 @@ TEST(RobotPatches, ARegisterKeepsThePhaseAndTheOperatorsLabels) {
   EXPECT_EQ(register_spec_patch(message, bare)["spec"]["labels"], json(message.labels));
 }
 
-TEST(RobotPatches, ARejectedRobotMayNotRegister) {
-  const json rejected = {{"status", {{"phase", "Rejected"}, {"message", "token does not match"}}}};
-  auto refused = may_register(&rejected);
+TEST(RobotPatches, ARejectedRobotMayNotRegisterAgainWithTheTokenItWasRejectedFor) {
+  Register message = parse_register(example("register/valid-agent-start.json")).value();
+  message.token = "old-token";
+  const json rejected = {
+      {"status",
+       {{"phase", "Rejected"}, {"message", "token does not match"}, {"tokenDigest", crd::token_digest("old-token")}}}};
+  auto refused = may_register(&rejected, message);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().reason, "RobotRejected");
   EXPECT_NE(refused.error().message.find("token does not match"), std::string::npos);
-  EXPECT_TRUE(may_register(nullptr));
+  EXPECT_TRUE(may_register(nullptr, message));
+  // With another token (a rotated Secret's), it is written for the manager to judge.
+  message.token = "new-token";
+  EXPECT_TRUE(may_register(&rejected, message));
+  // Rejected for registering without a token: without one still, refused.
+  message.token.clear();
+  const json tokenless = {{"status", {{"phase", "Rejected"}}}};
+  EXPECT_FALSE(may_register(&tokenless, message));
 }
 
 TEST(RobotPatches, OnlyRunningTasksCapacityAndConnectionAreUrgentInAHeartbeat) {
@@ -320,12 +331,13 @@ TEST(CachedFields, ACachedRobotKeepsWhatRegisterHeartbeatAndPresenceReadAndLittl
   keep_cached_robot_fields(cached);
 
   EXPECT_LE(values_in(cached) * 2, values_in(robot)) << "half the values, or fewer";
-  for (const char* gone : {"agentVersion", "tokenDigest"}) EXPECT_FALSE(cached["status"].contains(gone)) << gone;
+  EXPECT_FALSE(cached["status"].contains("agentVersion"));
+  EXPECT_EQ(cached["status"]["tokenDigest"], robot["status"]["tokenDigest"]);  // a digest: rejections are told apart
   EXPECT_FALSE(cached["spec"].contains("description"));
   // Every decision and patch made from the cached copy is the one the whole Robot gives.
   const Timestamp later = kNow + std::chrono::minutes(1);
   EXPECT_EQ(facts_of_robot(cached), facts_of_robot(robot));
-  EXPECT_EQ(bool(may_register(&cached)), bool(may_register(&robot)));
+  EXPECT_EQ(bool(may_register(&cached, registration)), bool(may_register(&robot, registration)));
   EXPECT_EQ(register_spec_patch(registration, cached), register_spec_patch(registration, robot));
   EXPECT_EQ(register_status_patch(registration, &cached, later), register_status_patch(registration, &robot, later));
   EXPECT_EQ(heartbeat_status_patch(beat, cached, later), heartbeat_status_patch(beat, robot, later));

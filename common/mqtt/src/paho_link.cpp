@@ -251,8 +251,11 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
     finish(id_of(token), true, "");
   }
   void on_failure(const ::mqtt::token& token) override {
-    std::string why = "failed, return code " + std::to_string(token.get_return_code());
-    if (token.get_reason_code() != ::mqtt::ReasonCode::SUCCESS)
+    // A CONNACK or PUBACK refusal comes as its MQTT 5 reason code (>= 128).
+    const int code = token.get_return_code();
+    std::string why =
+        code >= 128 ? "refused by the broker, " + reason_text(code) : "failed, return code " + std::to_string(code);
+    if (token.get_reason_code() != ::mqtt::ReasonCode::SUCCESS && static_cast<int>(token.get_reason_code()) != code)
       why += ", " + reason_text(static_cast<int>(token.get_reason_code()));
     const std::uint64_t id = id_of(token);
     if (token.get_type() == ::mqtt::token::CONNECT && token.get_return_code() == MQTTASYNC_FAILURE &&

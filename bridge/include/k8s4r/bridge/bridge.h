@@ -13,7 +13,11 @@
 //                   again after --dispatch-resend-after without a report; a
 //                   Task being deleted is stopped on its robot, and released
 //                   (finalizer removed) once it stopped, never started, or
-//                   its robot is gone.
+//                   its robot is gone;
+//   broker_identities  with --dynamic-security, each robot's Secret made its
+//                   broker login, confined to its own topics, and removed
+//                   (the robot disconnected) when the Secret goes or the
+//                   Robot is Rejected.
 // Writes go through the KubeWriter. What must be sent after a restart is
 // read back from the resources (status.dispatchedAt, the finalizer), not
 // from memory.
@@ -24,6 +28,7 @@
 #pragma once
 
 #include "k8s4r/bridge/config.h"
+#include "k8s4r/bridge/dynsec_commands.h"
 #include "k8s4r/bridge/kube_writer.h"
 #include "k8s4r/bridge/robot_patches.h"
 #include "k8s4r/bridge/task_patches.h"
@@ -41,6 +46,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace k8s4r::bridge {
@@ -90,6 +96,22 @@ class Bridge {
     std::optional<std::chrono::steady_clock::time_point> orphan_stop_at;  // a stop for an ended Task it listed
     daemon::EventLoop::TimerId delete_timer = 0;
   };
+  struct InFlightIdentity {
+    std::string robot_id;
+    dynsec::Action action = dynsec::Action::none;
+    std::string digest;    // the token digest it makes the broker hold
+    std::string replaced;  // the digest it replaces (a rotation)
+  };
+  struct Identities {
+    std::string prefix;  // of our correlationData: others share the response topic
+    std::uint64_t next = 1;
+    bool listed = false;                                // `managed` is what the broker holds
+    std::map<std::string, dynsec::Managed> managed;     // by robot id
+    std::map<std::string, InFlightIdentity> in_flight;  // by correlationData
+    std::set<std::string> busy, again;                  // robots with commands in flight; changed meanwhile
+    std::string list_correlation;                       // of the listClients awaited
+    daemon::EventLoop::TimerId list_timer = 0, relist_timer = 0;
+  };
 
   // bridge.cpp: the MQTT side, routing, refusals, readiness.
   void connect();
@@ -124,6 +146,15 @@ class Bridge {
   void stop_on_robot(const kube::ObjectPtr& task);
   bool robot_gone(const std::string& robot_id) const;
   void release(const kube::ObjectPtr& task, const std::string& why);
+  // broker_identities.cpp
+  std::optional<dynsec::Desired> desired_identity(const std::string& robot_id) const;
+  void identities_on_connected();
+  void request_identity_list();
+  void relist_identities_later();
+  void reconcile_identity(const std::string& robot_id);
+  void on_dynsec_response(const std::string& payload);
+  void on_identity_list(const dynsec::Response& response);
+  void identity_answered(const std::string& correlation, const std::string& error);
 
   BridgeConfig config_;
   std::string namespace_;
@@ -134,6 +165,8 @@ class Bridge {
   BridgeHooks hooks_;
 
   std::unique_ptr<kube::Informer> robots_, tasks_;
+  std::unique_ptr<kube::Informer> secrets_;  // robot Secrets, only with --dynamic-security
+  Identities identities_;
   std::unique_ptr<KubeWriter> writer_;
   std::unique_ptr<mqtt::Link> link_;
 
@@ -146,6 +179,7 @@ class Bridge {
   bool started_link_ = false;
   bool stopping_ = false;
   std::atomic<bool> mqtt_connected_{false}, synced_{false};
+  std::atomic<bool> identities_listed_{false};  // identities_.listed, for readiness from any thread
   std::shared_ptr<std::function<void()>> watchdog_;
 };
 

@@ -28,6 +28,11 @@ struct BridgeConfig {
   // shared k8s4r/register and k8s4r/heartbeat, where the robot is named only
   // in the payload. Turn off once no Go agent is left (docs/security.md).
   bool legacy_topics = true;
+  // dynamic-security: make each robot Secret the robot's login in Mosquitto's
+  // dynamic-security plugin, confined to its own topics, and remove it (the
+  // robot disconnected at once) when the Secret goes or the Robot is
+  // Rejected (docs/security.md). Needs mqtt-username and reading Secrets.
+  bool dynamic_security = false;
   std::size_t kube_writers = 4;  // kube-writers: threads writing to the API server
   std::string log_level = "info";
   std::string config_file;

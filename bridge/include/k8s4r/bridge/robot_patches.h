@@ -15,8 +15,11 @@
 
 namespace k8s4r::bridge {
 
-// A robot may register unless its Robot's phase is Rejected.
-Decision<void> may_register(const nlohmann::json* robot);
+// A robot may register unless its Robot is Rejected and it presents the
+// token it was rejected for. A Rejected robot with another token (a rotated
+// Secret's) is written, so the manager judges the new token; it is still
+// answered as Rejected until then.
+Decision<void> may_register(const nlohmann::json* robot, const Register& message);
 
 // The Robot to create for a robot that has none: name and spec.robotId the
 // robot id, the agent's labels as spec.labels.

@@ -54,8 +54,6 @@ namespace k8s4r::manager {
 // The annotation that records when the manager placed a Task (RFC 3339):
 // the start of its dispatch timeout when the bridge has not sent it yet.
 inline constexpr const char* kScheduledAtAnnotation = "robot.k8s4r.io/scheduled-at";
-// The label every robot Secret carries, naming its robot.
-inline constexpr const char* kRobotIdLabel = "robot.k8s4r.io/robot-id";
 
 struct ManagerHooks {
   std::function<Timestamp()> now;  // the wall clock; default system_clock

@@ -47,9 +47,6 @@ struct RobotVerdict {
   std::optional<std::chrono::nanoseconds> recheck_after;
 };
 
-// The name of the Secret that holds robot `name`'s token.
-std::string robot_secret_name(const std::string& name);
-
 // `secret_digest`: crd::token_digest of the token in the robot's Secret;
 // none when it has no Secret (or one without a `token`).
 RobotVerdict judge_robot(const nlohmann::json& robot, const std::optional<std::string>& secret_digest,

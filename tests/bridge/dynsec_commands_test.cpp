@@ -1,0 +1,116 @@
+// Robot identities as dynamic-security commands, from values: what the
+// bridge asks Mosquitto for, and what it reads back (the answers are those
+// Mosquitto 2.0.11 gave in a real session, docs/security.md).
+#include "k8s4r/bridge/dynsec_commands.h"
+
+#include <gtest/gtest.h>
+
+namespace k8s4r::bridge::dynsec {
+namespace {
+
+using nlohmann::json;
+
+const Desired kToken{"s3cret-token", "sha256:aaaa"};
+
+TEST(Dynsec, DecidesFromWhatShouldBeAndWhatIs) {
+  EXPECT_EQ(decide(kToken, std::nullopt), Action::create);
+  EXPECT_EQ(decide(std::nullopt, Managed{"sha256:aaaa"}), Action::remove);
+  EXPECT_EQ(decide(kToken, Managed{"sha256:aaaa"}), Action::none);  // a restart changes nothing
+  EXPECT_EQ(decide(kToken, Managed{"sha256:bbbb"}), Action::rotate);
+  EXPECT_EQ(decide(kToken, Managed{""}), Action::rotate);  // a description someone edited
+  EXPECT_EQ(decide(std::nullopt, std::nullopt), Action::none);
+}
+
+TEST(Dynsec, ARobotGetsARoleOfItsOwnTopicsAndALoginWithIt) {
+  const json commands = commands_for(Action::create, "robot-1", kToken, "k8s4r-bridge-7-1");
+  ASSERT_EQ(commands.size(), 2u);
+  EXPECT_EQ(commands[0]["command"], "createRole");  // the role first: a client never exists without it
+  EXPECT_EQ(commands[0]["rolename"], "k8s4r-robot-robot-1");
+  std::multimap<std::string, std::string> acls;
+  for (const json& acl : commands[0]["acls"]) {
+    EXPECT_TRUE(acl["allow"].get<bool>());
+    acls.emplace(acl["acltype"], acl["topic"]);
+  }
+  const std::multimap<std::string, std::string> expected{
+      {"publishClientSend", "k8s4r/robots/robot-1/register"},
+      {"publishClientSend", "k8s4r/robots/robot-1/heartbeat"},
+      {"publishClientSend", "k8s4r/robots/robot-1/presence"},
+      {"publishClientSend", "k8s4r/robots/robot-1/tasks/+/status"},
+      {"subscribeLiteral", "k8s4r/robots/robot-1/response"},
+      {"subscribeLiteral", "k8s4r/robots/robot-1/tasks/dispatch"},
+      {"unsubscribeLiteral", "k8s4r/robots/robot-1/response"},
+      {"unsubscribeLiteral", "k8s4r/robots/robot-1/tasks/dispatch"},
+      {"publishClientReceive", "k8s4r/robots/robot-1/response"},
+      {"publishClientReceive", "k8s4r/robots/robot-1/tasks/dispatch"}};
+  EXPECT_EQ(acls, expected);
+  const json& client = commands[1];
+  EXPECT_EQ(client["command"], "createClient");
+  EXPECT_EQ(client["username"], "robot-1");
+  EXPECT_EQ(client["password"], "s3cret-token");
+  EXPECT_EQ(client["textname"], std::string(kManagedMark));
+  EXPECT_EQ(client["textdescription"], "k8s4r token sha256:aaaa");  // the digest, so a restart can compare
+  EXPECT_EQ(client["roles"], json::parse(R"([{"rolename":"k8s4r-robot-robot-1"}])"));
+  for (const json& command : commands) EXPECT_EQ(command["correlationData"], "k8s4r-bridge-7-1");
+}
+
+TEST(Dynsec, RotationSetsThePasswordAndTheDigestAndRemovalDeletesBoth) {
+  const json rotate =
+      commands_for(Action::rotate, "robot-1", Desired{"new-token", "sha256:cccc"}, "c", Managed{"sha256:aaaa", ""});
+  ASSERT_EQ(rotate.size(), 2u);
+  EXPECT_EQ(rotate[0]["command"], "setClientPassword");
+  EXPECT_EQ(rotate[0]["password"], "new-token");
+  EXPECT_EQ(rotate[1]["command"], "modifyClient");
+  // The digest it replaces too: a robot still registered with the old token is a rotation, not a stranger.
+  EXPECT_EQ(rotate[1]["textdescription"], "k8s4r token sha256:cccc after sha256:aaaa");
+  json listed = json::parse(R"({"clients":[{"username":"robot-1","textname":"k8s4r robot"}]})");
+  listed["clients"][0]["textdescription"] = rotate[1]["textdescription"];
+  EXPECT_EQ(managed_clients(listed).value().at("robot-1"), (Managed{"sha256:cccc", "sha256:aaaa"}));
+  const json remove = commands_for(Action::remove, "robot-1", std::nullopt, "c");
+  ASSERT_EQ(remove.size(), 2u);
+  EXPECT_EQ(remove[0]["command"], "deleteClient");
+  EXPECT_EQ(remove[0]["username"], "robot-1");
+  EXPECT_EQ(remove[1]["command"], "deleteRole");
+  EXPECT_EQ(remove[1]["rolename"], "k8s4r-robot-robot-1");
+}
+
+TEST(Dynsec, NothingForAnIdThatCouldBreakATopic) {
+  for (const char* id : {"robot/1", "#", "robot+1", "", "Robot"}) {
+    EXPECT_TRUE(commands_for(Action::create, id, kToken, "c").empty()) << id;
+    EXPECT_TRUE(commands_for(Action::remove, id, std::nullopt, "c").empty()) << id;
+  }
+}
+
+TEST(Dynsec, ReadsAnswersAndKeepsOnlyTheClientsItMade) {
+  const auto responses = parse_responses(
+      R"({"responses":[{"command":"listClients","data":{"totalCount":4,"clients":[)"
+      R"({"username":"admin","textname":"Dynsec admin user","roles":[{"rolename":"admin"}],"groups":[]},)"
+      R"({"username":"k8s4r-bridge","roles":[{"rolename":"k8s4r-bridge"}],"groups":[]},)"
+      R"({"username":"robot-1","textname":"k8s4r robot","textdescription":"k8s4r token sha256:aaaa","roles":[]},)"
+      R"({"username":"Robot#2","textname":"k8s4r robot"}]},"correlationData":"k8s4r-bridge-7-1"}]})");
+  ASSERT_TRUE(responses) << responses.error().to_string();
+  ASSERT_EQ(responses.value().size(), 1u);
+  EXPECT_EQ(responses.value()[0].correlation, "k8s4r-bridge-7-1");
+  const auto managed = managed_clients(responses.value()[0].data);
+  ASSERT_TRUE(managed);
+  ASSERT_EQ(managed.value().size(), 1u);  // not the admin, not the bridge, not a name that is no robot id
+  EXPECT_EQ(managed.value().at("robot-1").digest, "sha256:aaaa");
+
+  const auto errors =
+      parse_responses(R"({"responses":[{"command":"createRole","correlationData":"a"},)"
+                      R"({"command":"createClient","error":"Client already exists","correlationData":"a"}]})");
+  ASSERT_TRUE(errors);
+  EXPECT_EQ(errors.value()[1].error, "Client already exists");
+  // A terse listing (names only) is refused rather than read as "no clients".
+  EXPECT_FALSE(managed_clients(json::parse(R"({"totalCount":1,"clients":["robot-1"]})")));
+}
+
+TEST(Dynsec, RefusesWhatIsNotAnAnswer) {
+  for (const char* payload : {"", "not json", "[]", R"({"responses":{}})", R"({"responses":[1]})",
+                              R"({"responses":[{"error":"x"}]})", R"({"responses":[{"command":"x","error":7}]})"}) {
+    EXPECT_FALSE(parse_responses(payload)) << payload;
+  }
+  EXPECT_FALSE(parse_responses(std::string(100000, '[') + std::string(100000, ']')));
+}
+
+}  // namespace
+}  // namespace k8s4r::bridge::dynsec

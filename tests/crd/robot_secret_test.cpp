@@ -1,0 +1,41 @@
+// The per-robot Secret as the manager and the bridge read it.
+#include "k8s4r/crd/robot_secret.h"
+
+#include <gtest/gtest.h>
+
+namespace k8s4r::crd {
+namespace {
+
+using nlohmann::json;
+
+json secret(const std::string& name, const std::string& label, const std::string& token_base64) {
+  json made = {{"apiVersion", "v1"},
+               {"kind", "Secret"},
+               {"metadata", {{"name", name}, {"namespace", "fleet"}, {"annotations", {{"note", "x"}}}}},
+               {"data", {{"token", token_base64}, {"ssh-key", "c2VjcmV0"}}}};
+  if (!label.empty()) made["metadata"]["labels"][kRobotIdLabel] = label;
+  return made;
+}
+
+TEST(RobotSecret, NamesItsRobotOnlyWhenNameAndLabelAgree) {
+  EXPECT_EQ(robot_secret_name("robot-1"), "k8s4r-robot-robot-1");
+  EXPECT_EQ(robot_of_secret(secret("k8s4r-robot-robot-1", "robot-1", "dG9rZW4=")), "robot-1");
+  // Made for another robot, or by someone who could not label it: no robot's.
+  EXPECT_EQ(robot_of_secret(secret("k8s4r-robot-robot-1", "robot-2", "dG9rZW4=")), "");
+  EXPECT_EQ(robot_of_secret(secret("k8s4r-robot-robot-1", "", "dG9rZW4=")), "");
+  EXPECT_EQ(robot_of_secret(json::array()), "");
+}
+
+TEST(RobotSecret, TheTokenIsDecodedAndNothingElseIsKept) {
+  json kept = secret("k8s4r-robot-robot-1", "robot-1", "dG9rZW4=");
+  keep_robot_secret_fields(kept);
+  EXPECT_EQ(kept["data"], json({{"token", "dG9rZW4="}}));  // the SSH key never reaches memory
+  EXPECT_FALSE(kept["metadata"].contains("annotations"));
+  EXPECT_EQ(robot_secret_token(kept, "robot-1"), "token");
+  EXPECT_FALSE(robot_secret_token(kept, "robot-2"));
+  EXPECT_FALSE(robot_secret_token(secret("k8s4r-robot-robot-1", "robot-1", ""), "robot-1"));
+  EXPECT_FALSE(robot_secret_token(secret("k8s4r-robot-robot-1", "robot-1", "!!not base64"), "robot-1"));
+}
+
+}  // namespace
+}  // namespace k8s4r::crd
