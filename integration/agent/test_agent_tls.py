@@ -10,8 +10,9 @@ from agent_support import AgentProcess, ROBOT
 from conftest import Broker, Observer, binary, free_port, make_tls_files, wait_until
 
 
-def certificate_for(tls, name, san):
-    """A server certificate signed by the test CA in `tls`, for `san` ("DNS:other.example")."""
+def certificate_for(tls, name, san, days=1):
+    """A server certificate signed by the test CA in `tls`, for `san` ("DNS:other.example"), valid `days` from now
+    (-1: it expired a day ago)."""
     directory = tls["directory"]
 
     def run(*args):
@@ -19,7 +20,7 @@ def certificate_for(tls, name, san):
     run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
     (pathlib.Path(directory) / f"{name}.ext").write_text(f"subjectAltName={san}\n")
     run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
-        f"{name}.crt", "-days", "1", "-extfile", f"{name}.ext")
+        f"{name}.crt", "-days", str(days), "-extfile", f"{name}.ext")
     return {"cert": f"{directory}/{name}.crt", "key": f"{directory}/{name}.key"}
 
 
@@ -51,12 +52,15 @@ def test_an_agent_connects_over_tls_to_a_broker_its_ca_signed_for_this_host(tmp_
         broker.stop()
 
 
-@pytest.mark.parametrize("trouble", ["another host", "another CA"])
+@pytest.mark.parametrize("trouble", ["another host", "another CA", "expired"])
 def test_an_agent_refuses_a_broker_certificate_for_another_host_or_from_another_ca(tmp_path, tls, trouble):
     if trouble == "another host":
         # Signed by the agent's own CA, valid, but for another name than the 127.0.0.1 it dials: a certificate
         # anyone with a certificate from that CA (or, with the system's store, from any public CA) could show.
         served = certificate_for(tls, "elsewhere", "DNS:other.example")
+        ca = tls["ca"]
+    elif trouble == "expired":
+        served = certificate_for(tls, "expired", "IP:127.0.0.1", days=-1)
         ca = tls["ca"]
     else:
         served = {"cert": tls["cert"], "key": tls["key"]}
@@ -74,6 +78,8 @@ def test_an_agent_refuses_a_broker_certificate_for_another_host_or_from_another_
         if trouble == "another host":
             why = ("the broker's certificate (CN=elsewhere, issued by CN=k8s4r-test-ca) is for DNS:other.example, "
                    "not 127.0.0.1")
+        elif trouble == "expired":
+            why = "the broker's certificate (CN=expired, issued by CN=k8s4r-test-ca) expired at "
         else:
             # Both test CAs are named k8s4r-test-ca: OpenSSL finds ours by name, and it did not sign this one.
             why = f"the broker's certificate (CN=127.0.0.1, issued by CN=k8s4r-test-ca) cannot be verified with {ca}: "

@@ -7,6 +7,7 @@ import pytest
 from security_support import (OPERATOR_PASSWORD, TOKENS, broker, mode, secure_agent, secure_bridge, sim, tls,  # noqa: F401
                                wait_ready)
 from bridge_support import create_task, dispatch, get, state_of, wait_state  # noqa: E402 (path set above)
+from agent_support import AgentProcess  # noqa: E402
 from conftest import Observer, wait_until  # noqa: E402
 
 
@@ -107,3 +108,17 @@ def test_a_client_without_a_robots_password_cannot_connect(broker, fleet):
             assert client.connect_rc == 5, (username, client.connect_rc)  # not authorised
         finally:
             client.close()
+
+
+def test_an_agent_with_a_wrong_token_or_none_is_refused_and_says_so(tmp_path, broker, fleet):
+    wrong = secure_agent(tmp_path, broker, "robot-3", token="not-its-token")
+    anonymous = AgentProcess(broker, tmp_path / "work-robot-4", "robot-4")  # no credential at all
+    for agent in (wrong, anonymous):
+        agent.start()
+        try:
+            wait_until(lambda: agent.log_text().count("refused by the broker, reason code 13") >= 2, 30,
+                       f"{agent.robot} refused twice")
+            assert "bad user name or password" in agent.log_text() or "not authorized" in agent.log_text()
+            assert agent.running()  # refused, retrying with backoff, not dead
+        finally:
+            agent.cleanup()

@@ -172,6 +172,11 @@ def test_with_the_manager_a_rotation_is_the_secret_and_a_restart_and_a_revocatio
         kicked = wait_until(lambda: log_times(robot, "reason code 152"), 10, "robot-1 disconnected by the broker")
         assert kicked[0] - revoked_at < 2.0
         wait_until(lambda: robot_phase(sim, "robot-1") == "Pending", 20, "robot-1 no longer approved")
+        # The tokens went to the broker and nowhere else: no log (at debug), metric, status or Event holds one.
+        seen = [bridge.log_text(), manager.log_text(), robot.log_text(), bridge.http("/metrics")[1],
+                manager.http("/metrics")[1], sim.kubectl("get", "robots,events", "-o", "json").stdout]
+        for token in (TOKENS["robot-1"], "rotated-token-51be"):
+            assert not [text for text in seen if token in text], token
     finally:
         robot.cleanup()
         manager.stop()

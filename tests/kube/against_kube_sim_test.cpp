@@ -134,6 +134,10 @@ TEST(AgainstKubeSim, TlsWithACaAndABearerToken) {
   auto tls_error = Client(untrusted).get(Resource{"", "v1", "namespaces", false}, "", "default");
   ASSERT_FALSE(tls_error);
   EXPECT_EQ(tls_error.error().reason, "ConnectionError");
+  // Which check failed, in curl's words, not only its class.
+  EXPECT_NE(tls_error.error().message.find("SSL certificate problem: unable to get local issuer certificate"),
+            std::string::npos)
+      << tls_error.error().message;
 
   // A token file the kubelet rotated: refused with the old token, the next
   // request reads the file again and goes through, with no new Client.

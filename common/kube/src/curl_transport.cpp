@@ -127,6 +127,11 @@ class CurlTransport final : public Transport {
     curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(handle, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS, 10'000L);
+    // curl's own words for a failure ("SSL certificate problem: unable to get
+    // local issuer certificate"), where curl_easy_strerror has only the class
+    // ("SSL peer certificate or SSH remote key was not OK").
+    char detail[CURL_ERROR_SIZE] = {};
+    curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, detail);
     if (!on_line) {
       curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.request_timeout.count()));
     } else {
@@ -178,6 +183,7 @@ class CurlTransport final : public Transport {
     }
 
     const CURLcode code = curl_easy_perform(handle);
+    curl_easy_setopt(handle, CURLOPT_ERRORBUFFER, nullptr);  // `detail` ends with this call
     long status = 0;
     curl_easy_getinfo(handle, CURLINFO_RESPONSE_CODE, &status);
     if (status == 401) bearer_.rejected();
@@ -187,7 +193,8 @@ class CurlTransport final : public Transport {
     if (code != CURLE_OK && !ended_by_us) {
       curl_easy_cleanup(handle);  // its connection is in an unknown state
       const bool never_connected = code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST;
-      return Error{never_connected ? "connect" : "http", request.method + " " + url + ": " + curl_easy_strerror(code)};
+      return Error{never_connected ? "connect" : "http",
+                   request.method + " " + url + ": " + (detail[0] != '\0' ? detail : curl_easy_strerror(code))};
     }
     if (ended_by_us) {
       curl_easy_cleanup(handle);  // an aborted stream leaves the connection unusable
