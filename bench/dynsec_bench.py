@@ -54,16 +54,20 @@ def client(broker, client_id, username, password):
 
 
 class Probe:
-    """Publishes a timestamp every 20 ms as the bridge's user and times its echo through an operator's
-    subscription: how long the broker keeps a message waiting."""
+    """One message at a time, as a robot's heartbeat: published as the bridge's user, timed until it reaches an
+    operator's subscription, then the next 20 ms later. How long the broker keeps a message waiting."""
 
     def __init__(self, broker):
-        self.delays, self.stopped = [], threading.Event()
+        self.delays, self.stopped, self.echoed = [], threading.Event(), threading.Event()
         self.subscriber = client(broker, "bench-probe-in", "k8s4r-operator", broker.operator_password)
         ready = threading.Event()
         self.subscriber.on_connect = lambda c, *a: c.subscribe("k8s4r/robots/probe/response", qos=0)
         self.subscriber.on_subscribe = lambda *a: ready.set()
-        self.subscriber.on_message = lambda c, u, m: self.delays.append(time.monotonic() - float(m.payload))
+
+        def echoed(client_, userdata, message):
+            self.delays.append(time.monotonic() - float(message.payload))
+            self.echoed.set()
+        self.subscriber.on_message = echoed
         self.subscriber.connect("127.0.0.1", broker.port)
         self.subscriber.loop_start()
         assert ready.wait(10), "the probe's subscriber did not subscribe"
@@ -75,7 +79,9 @@ class Probe:
 
     def _run(self):
         while not self.stopped.wait(0.02):
+            self.echoed.clear()
             self.publisher.publish("k8s4r/robots/probe/response", repr(time.monotonic()), qos=0)
+            self.echoed.wait(60)
 
     def stop(self):
         self.stopped.set()

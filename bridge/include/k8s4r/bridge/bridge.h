@@ -108,8 +108,9 @@ class Bridge {
     bool listed = false;                                // `managed` is what the broker holds
     std::map<std::string, dynsec::Managed> managed;     // by robot id
     std::map<std::string, InFlightIdentity> in_flight;  // by correlationData
-    std::set<std::string> busy, again;                  // robots with commands in flight; changed meanwhile
-    std::string list_correlation;                       // of the listClients awaited
+    std::set<std::string> busy;                         // robots with commands in flight
+    std::set<std::string> again;   // robots to look at again: changed while busy, or waiting for a slot
+    std::string list_correlation;  // of the listClients awaited
     daemon::EventLoop::TimerId list_timer = 0, relist_timer = 0;
   };
 
@@ -155,6 +156,7 @@ class Bridge {
   void on_dynsec_response(const std::string& payload);
   void on_identity_list(const dynsec::Response& response);
   void identity_answered(const std::string& correlation, const std::string& error);
+  void pump_identities();
 
   BridgeConfig config_;
   std::string namespace_;
