@@ -5,6 +5,7 @@
 // (a topic-breaking user name is never made a role or a client), never
 // crash, hang or leak.
 #include "k8s4r/bridge/dynsec_commands.h"
+#include "k8s4r/crd/resources.h"
 #include "k8s4r/crd/robot_secret.h"
 
 #include <nlohmann/json.hpp>

@@ -35,6 +35,10 @@ TEST(RobotSecret, TheTokenIsDecodedAndNothingElseIsKept) {
   EXPECT_FALSE(robot_secret_token(kept, "robot-2"));
   EXPECT_FALSE(robot_secret_token(secret("k8s4r-robot-robot-1", "robot-1", ""), "robot-1"));
   EXPECT_FALSE(robot_secret_token(secret("k8s4r-robot-robot-1", "robot-1", "!!not base64"), "robot-1"));
+  for (json odd : {json(2), json::array(), json(nullptr)}) {  // found by fuzz_dynsec_responses: it threw
+    EXPECT_NO_THROW(keep_robot_secret_fields(odd));
+    EXPECT_EQ(robot_of_secret(odd), "");
+  }
 }
 
 }  // namespace

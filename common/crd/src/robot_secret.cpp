@@ -11,6 +11,7 @@ using nlohmann::json;
 std::string robot_secret_name(const std::string& robot_id) { return "k8s4r-robot-" + robot_id; }
 
 void keep_robot_secret_fields(json& secret) {
+  if (!secret.is_object()) return;  // the API server lists objects; anything else is kept out of harm's way
   kube::strip_managed_fields(secret);
   json data = json::object();
   if (secret.contains("data") && secret["data"].is_object() && secret["data"].contains("token"))
