@@ -172,6 +172,20 @@ def make_tls_files(directory):
             "directory": str(directory)}
 
 
+def client_certificate(tls, common_name, days=1):
+    """A client certificate for `common_name`, signed by the CA of make_tls_files' `tls`: {"cert", "key"}."""
+    directory = pathlib.Path(tls["directory"])
+
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{common_name}.key", "-out", f"{common_name}.csr",
+        "-subj", f"/CN={common_name}")
+    (directory / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    run("x509", "-req", "-in", f"{common_name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+        f"{common_name}.crt", "-days", str(days), "-extfile", "client.ext")
+    return {"cert": str(directory / f"{common_name}.crt"), "key": str(directory / f"{common_name}.key")}
+
+
 @pytest.fixture
 def tls_files(tmp_path):
     """A CA and a server certificate for 127.0.0.1 and localhost."""
@@ -297,7 +311,7 @@ class Observer:
     """An MQTT client that records every message on its subscriptions, as an
     operator's `mosquitto_sub -v -t 'k8s4r/#'` would, and can publish."""
 
-    def __init__(self, broker, topics=("k8s4r/#",), client_id="", username=None, password=None):
+    def __init__(self, broker, topics=("k8s4r/#",), client_id="", username=None, password=None, certificate=None):
         import threading
         import paho.mqtt.client as mqtt
         self.messages = []  # (topic, payload bytes, retain)
@@ -337,7 +351,8 @@ class Observer:
         if username:
             self.client.username_pw_set(username, password)
         if getattr(broker, "ca", None):  # a SecureBroker: TLS, its certificate checked against the test CA
-            self.client.tls_set(ca_certs=broker.ca)
+            self.client.tls_set(ca_certs=broker.ca, certfile=certificate and certificate["cert"],
+                                keyfile=certificate and certificate["key"])
         self.client.connect("127.0.0.1", broker.port)
         self.client.loop_start()
         assert self.connected.wait(10), "observer did not connect and subscribe"

@@ -7,7 +7,7 @@
 #   ./scripts/test.sh            everything
 #   K8S4R_SKIP_SANITIZE=1 ./scripts/test.sh   without the ASan/UBSan build
 #   K8S4R_SKIP_TSAN=1 ./scripts/test.sh       without the ThreadSanitizer build
-#   K8S4R_SKIP_FUZZ=1 ./scripts/test.sh       without the fuzzers (K8S4R_FUZZ_SECONDS: time per fuzzer, default 20)
+#   K8S4R_SKIP_FUZZ=1 ./scripts/test.sh       without the fuzzers (K8S4R_FUZZ_SECONDS: time per fuzzer, default 15)
 #   K8S4R_SKIP_BENCH=1 ./scripts/test.sh      without the benchmarks' short runs
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$REPO_ROOT/scripts/lib/common.sh"
@@ -68,13 +68,13 @@ if [[ ${K8S4R_SKIP_FUZZ:-0} != 1 ]]; then
   trap 'rm -rf "$corpus"' EXIT
   while IFS= read -r example; do cp "$example" "$corpus/${example//\//_}"; done < <(find proto-schemas/examples -name '*.json')
   for fuzzer in "${fuzzers[@]}"; do
-    log "fuzzing: $fuzzer (${K8S4R_FUZZ_SECONDS:-20} s)"
+    log "fuzzing: $fuzzer (${K8S4R_FUZZ_SECONDS:-15} s)"
     mkdir -p "$corpus/$fuzzer"
     # Seeds a fuzzer needs beyond the schema examples live in fuzz/corpus/NAME.
     [[ -d fuzz/corpus/${fuzzer#fuzz_} ]] && cp fuzz/corpus/"${fuzzer#fuzz_}"/* "$corpus/$fuzzer/"
     extra=()
     [[ -f fuzz/${fuzzer#fuzz_}.dict ]] && extra=(-dict="fuzz/${fuzzer#fuzz_}.dict")
-    "$REPO_ROOT/build-fuzz/fuzz/$fuzzer" -max_total_time="${K8S4R_FUZZ_SECONDS:-20}" -max_len=65536 -timeout=10 \
+    "$REPO_ROOT/build-fuzz/fuzz/$fuzzer" -max_total_time="${K8S4R_FUZZ_SECONDS:-15}" -max_len=65536 -timeout=10 \
       -rss_limit_mb=2048 -print_final_stats=0 "${extra[@]}" "$corpus/$fuzzer" "$corpus" 2>"$corpus/$fuzzer.log" ||
       { tail -n 60 "$corpus/$fuzzer.log"; exit 1; }
   done
@@ -86,7 +86,7 @@ command -v kubectl >/dev/null ||
   log "WARNING: kubectl is not installed (it is not a Debian 12 package); the tests that drive kubectl will be skipped"
 if find integration -name 'test_*.py' | grep -q .; then
   log "black-box tests (pytest, integration/)"
-  K8S4R_BIN_DIR="$REPO_ROOT/build/bin" /usr/bin/python3 -m pytest -q integration/
+  K8S4R_BIN_DIR="$REPO_ROOT/build/bin" /usr/bin/python3 -m pytest -q --durations=15 integration/
 else
   log "no black-box tests in integration/ yet"
 fi

@@ -1,11 +1,35 @@
-"""End to end through the bridge: a real agent, a real Mosquitto, k8s4r-kube-sim, judged with kubectl."""
+"""End to end through the bridge: a real agent, a real Mosquitto, k8s4r-kube-sim, judged with kubectl. The broker
+is set up as docs/security.md says (TLS only, a login per robot, deploy/mosquitto/k8s4r.acl), plus a test-harness
+login that may publish anything under k8s4r/: the scripted and forged robots of these tests."""
 import json
 import os
 import signal
 import time
 
+import pytest
+
 from bridge_support import (BRIDGE_USER, TOKEN, BridgeProcess, bridge, create_task, digest, dispatch,  # noqa: F401
                             get, processes_marked, robot, sim, state_of, wait_state, wait_until)
+from conftest import DEPLOY_ACL, Observer, SecureBroker, make_tls_files
+
+HARNESS_PASSWORD = "harness-password-2c7e"
+
+
+@pytest.fixture
+def broker(tmp_path):
+    acl = tmp_path / "k8s4r.acl"
+    acl.write_text(DEPLOY_ACL.read_text() + "\nuser k8s4r-test-harness\ntopic readwrite k8s4r/#\n")
+    started = SecureBroker(tmp_path / "broker", make_tls_files(tmp_path / "mqtt-tls"),
+                           {"robot-1": TOKEN, "k8s4r-test-harness": HARNESS_PASSWORD}, acl_file=acl)
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def observer(broker):
+    client = Observer(broker, username="k8s4r-test-harness", password=HARNESS_PASSWORD)
+    yield client
+    client.close()
 
 
 def test_a_robot_registers_and_its_robot_shows_it(sim, observer, robot):
