@@ -105,7 +105,8 @@ void Bridge::relist_identities_later() {
 
 void Bridge::reconcile_identity(const std::string& robot_id) {
   if (robot_id.empty() || !secrets_ || stopping_ || !mqtt_connected_ || !identities_.listed)
-    return;  // listing reconciles all
+    return;                                  // listing reconciles all
+  if (robot_id == config_.username) return;  // the bridge's own login is never made, changed or removed here
   if (identities_.busy.count(robot_id) || identities_.in_flight.size() >= kMaxInFlight) {
     identities_.again.insert(robot_id);
     return;
