@@ -385,7 +385,8 @@ void Agent::send_heartbeat() {
   if (!connected_ || shutting_down_) return;
   Heartbeat beat;
   beat.robot_id = config_.robot_id;
-  beat.token = config_.token;
+  // No token: it is the robot's login, checked by the broker at connect, and a
+  // heartbeat is what operators tail; the manager judges the register's.
   beat.timestamp = now_utc();
   for (const auto& [uid, task] : tasks_) {
     if (task.phase == Phase::running) {

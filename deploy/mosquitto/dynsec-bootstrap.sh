@@ -49,8 +49,13 @@ done
 dynsec createClient k8s4r-bridge -p "$bridge_password"
 dynsec addClientRole k8s4r-bridge k8s4r-bridge
 
-# Operators: mosquitto_sub -v -t 'k8s4r/#', reading only.
+# Operators: mosquitto_sub -v -t 'k8s4r/#', reading only, and never a
+# Register (it carries the robot's token, which is its login): the deny
+# outranks the allow by its priority.
 dynsec createRole k8s4r-operator
+for topic in 'k8s4r/robots/+/register' 'k8s4r/register'; do
+  dynsec addRoleACL k8s4r-operator publishClientReceive "$topic" deny 10
+done
 for acltype in subscribePattern unsubscribePattern publishClientReceive; do
   dynsec addRoleACL k8s4r-operator "$acltype" 'k8s4r/#' allow
 done

@@ -47,6 +47,17 @@ def test_robots_and_the_bridge_work_over_tls_each_as_itself(sim, broker, fleet):
         operator.wait_for(f"k8s4r/robots/robot-1/tasks/{task['metadata']['uid']}/status",
                           lambda m: m["state"] == "completed")
         assert bridge.metric("k8s4r_bridge_messages_refused_total") == 0, bridge.log_text()[-3000:]
+        # Registrations carry the robot's token, its login: the operator never sees one, nor any token, while it
+        # sees the rest (a heartbeat, once a second).
+        operator.wait_for("k8s4r/robots/robot-1/heartbeat")
+        again = Observer(broker, topics=(), client_id="robot-1-again", username="robot-1", password=TOKENS["robot-1"])
+        answers = len(operator.on("k8s4r/robots/robot-1/response"))
+        again.publish("k8s4r/robots/robot-1/register", {"robotId": "robot-1", "token": TOKENS["robot-1"],
+                                                        "runningTasks": []})
+        wait_until(lambda: len(operator.on("k8s4r/robots/robot-1/response")) > answers, 10, "the bridge's answer")
+        again.close()
+        assert not [t for t, _, _ in operator.messages if t.endswith("/register")], operator.messages
+        assert not [p for _, p, _ in operator.messages if any(token.encode() in p for token in TOKENS.values())]
         # Nothing went in clear: the broker has one listener, and it speaks TLS.
         assert broker.url.startswith("ssl://") and all(a.broker.url == broker.url for a in agents)
     finally:
