@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     Bridge bridge(
         config, namespace_, loop, client,
         [&settings](mqtt::LinkEvents events) { return mqtt::make_paho_link(settings, std::move(events)); }, metrics,
-        BridgeHooks{systemd.notify, systemd.watchdog_interval, {}});
+        BridgeHooks{systemd.notify, systemd.watchdog_interval});
     daemon::HealthServer health(metrics, [&bridge] { return bridge.not_ready_reason(); });
     const int port = health.start(config.metrics_bind_address);
     spdlog::info("serving /metrics, /healthz and /readyz on port {}", port);

@@ -250,6 +250,14 @@ Result<void> signal_process_group(pid_t pgid, int signal) {
   return ok();
 }
 
+std::string describe_exit(const ExitStatus& status) {
+  if (status.signal != 0) {
+    const char* name = sigabbrev_np(status.signal);
+    return std::string("killed by SIG") + (name ? name : std::to_string(status.signal));
+  }
+  return "exited with code " + std::to_string(status.exit_code);
+}
+
 std::optional<ExitStatus> reap(int pidfd) {
   siginfo_t info{};
   if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED | WNOHANG) != 0) {

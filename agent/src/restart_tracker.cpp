@@ -10,11 +10,6 @@ namespace {
 constexpr std::chrono::nanoseconds kDefaultInterval = std::chrono::hours(24);
 constexpr std::chrono::nanoseconds kDefaultDelay = std::chrono::seconds(15);
 
-std::string describe_exit(const ExitStatus& status) {
-  if (status.signal != 0) return "killed by signal " + std::to_string(status.signal);
-  return "exited with code " + std::to_string(status.exit_code);
-}
-
 }  // namespace
 
 RestartTracker::RestartTracker(std::optional<RestartPolicy> policy) {

@@ -25,11 +25,6 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
       make_link_(std::move(make_link)),
       metrics_(metrics),
       hooks_(std::move(hooks)) {
-  if (!hooks_.now) {
-    hooks_.now = [] {
-      return std::chrono::time_point_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now());
-    };
-  }
   metrics_.declare("k8s4r_bridge_messages_total", Type::counter, "MQTT messages received, by topic.");
   metrics_.declare("k8s4r_bridge_messages_refused_total", Type::counter,
                    "MQTT messages refused (nothing written), by reason.");
@@ -187,7 +182,7 @@ Bridge::~Bridge() {
   if (secrets_) secrets_->stop();
 }
 
-Timestamp Bridge::now() const { return hooks_.now(); }
+Timestamp Bridge::now() const { return loop_.clock().wall(); }
 
 ObjectRef Bridge::robot_ref(const std::string& robot_id) const { return {crd::kRobots, namespace_, robot_id}; }
 ObjectRef Bridge::task_ref(const std::string& name) const { return {crd::kTasks, namespace_, name}; }

@@ -133,7 +133,7 @@ void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
     return;
   }
   TaskMemory& memory = task_memory_[view.uid];
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = loop_.clock().steady();
   memory.dispatched = started;
   metrics_.add("k8s4r_bridge_dispatches_total", {{"action", resend ? "resend" : "create"}});
   spdlog::info("{} task {} ({}) to robot {}", resend ? "resending" : "dispatching", view.name, view.uid,
@@ -152,7 +152,7 @@ void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
       return;
     }
     metrics_.observe("k8s4r_bridge_dispatch_latency_seconds", {},
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+                     std::chrono::duration<double>(loop_.clock().steady() - started).count());
     WriteRequest request;
     request.finalizer = true;
     request.status_patch = {{"status", {{"dispatchedAt", format_rfc3339(now(), TimePrecision::microseconds)}}}};
@@ -165,7 +165,7 @@ void Bridge::resync_robot(const std::string& robot_id) {
   // At most once per resend interval: a robot (or a client posing as one)
   // registering in a loop must not turn each register into a message per Task.
   auto& resynced = robot_memory_[robot_id].resynced;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = loop_.clock().steady();
   if (resynced && now - *resynced < config_.dispatch_resend_after) return;
   resynced = now;
   for (const kube::ObjectPtr& task : tasks_->by_index("robot", robot_id)) {
@@ -226,7 +226,7 @@ void Bridge::release(const kube::ObjectPtr& task, const std::string& why) {
 }
 
 void Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running) {
-  const auto steady_now = std::chrono::steady_clock::now();
+  const auto steady_now = loop_.clock().steady();
   for (const std::string& uid : running) {
     const kube::ObjectPtr task = tasks_->get_by_uid(uid);
     if (!task) continue;

@@ -23,7 +23,7 @@ void Bridge::on_heartbeat(const Heartbeat& message) {
   }
   const auto interval =
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.heartbeat_write_interval);
-  const auto steady_now = std::chrono::steady_clock::now();
+  const auto steady_now = loop_.clock().steady();
   RobotMemory& memory = robot_memory_[robot_id];
   if (!memory.wrote) {
     // First sight since this bridge started (or since the robot
@@ -68,7 +68,7 @@ void Bridge::write_heartbeat(const std::string& robot_id, const char* reason) {
   memory.unwritten.reset();
   memory.written = std::move(facts);
   memory.wrote = true;
-  memory.last_write = std::chrono::steady_clock::now();
+  memory.last_write = loop_.clock().steady();
   if (memory.flush_timer) {
     loop_.cancel(memory.flush_timer);
     memory.flush_timer = 0;

@@ -36,17 +36,8 @@ std::string controller_uid(const json& object) {
 }  // namespace
 
 Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& metrics, std::string instance,
-                 ManagerHooks hooks)
-    : config_(std::move(config)),
-      client_(client),
-      metrics_(metrics),
-      instance_(std::move(instance)),
-      hooks_(std::move(hooks)) {
-  if (!hooks_.now) {
-    hooks_.now = [] {
-      return std::chrono::time_point_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now());
-    };
-  }
+                 const Clock& clock)
+    : config_(std::move(config)), client_(client), metrics_(metrics), instance_(std::move(instance)), clock_(clock) {
   robot_policy_ = RobotPolicy{config_.require_robot_token, config_.robot_offline_after, config_.disconnect_grace};
 
   metrics_.declare("k8s4r_manager_leader", Type::gauge, "1 while this manager is the leader and its controllers run.");
@@ -112,7 +103,7 @@ Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& me
     kube::WorkQueueOptions options;
     options.base_delay = std::chrono::milliseconds(50);
     options.max_delay = std::chrono::seconds(30);
-    controller->queue = std::make_unique<kube::WorkQueue>(options);
+    controller->queue = std::make_unique<kube::WorkQueue>(options, clock_);
   }
   add_handlers();
 
@@ -144,7 +135,7 @@ Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& me
 
 Manager::~Manager() { stop(); }
 
-Timestamp Manager::now() const { return hooks_.now(); }
+Timestamp Manager::now() const { return clock_.wall(); }
 
 void Manager::add_handlers() {
   const auto enqueue = [](Controller& controller) {
@@ -295,7 +286,7 @@ void Manager::lead() {
 
 void Manager::run_worker(Controller& controller) {
   while (auto key = controller.queue->get()) {
-    const auto started = std::chrono::steady_clock::now();
+    const auto started = clock_.steady();
     Outcome outcome;
     try {
       outcome = controller.reconcile(*key);
@@ -305,7 +296,7 @@ void Manager::run_worker(Controller& controller) {
       outcome.failed = true;
     }
     metrics_.observe("k8s4r_manager_reconcile_seconds", {{"controller", controller.name}},
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+                     std::chrono::duration<double>(clock_.steady() - started).count());
     const char* result = outcome.failed ? "error" : outcome.requeue_after ? "requeue" : "ok";
     metrics_.add("k8s4r_manager_reconciles_total", {{"controller", controller.name}, {"result", result}});
     if (outcome.failed) {

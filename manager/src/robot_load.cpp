@@ -6,10 +6,6 @@ namespace k8s4r::manager {
 
 using nlohmann::json;
 
-std::string key_of(const json& object) {
-  return crd::string_at(object, {"metadata", "namespace"}) + "/" + crd::string_at(object, {"metadata", "name"});
-}
-
 void RobotLoad::observe(const json& task) {
   const crd::TaskView view = crd::read_task(task);
   const std::string key = view.namespace_ + "/" + view.name;

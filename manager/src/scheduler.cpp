@@ -47,7 +47,7 @@ Placement Manager::plan_replica(const json& task_group, const TaskNeeds& needs, 
   Placement placement;
   {
     std::lock_guard lock(schedule_mutex_);
-    const auto started = std::chrono::steady_clock::now();
+    const auto started = clock_.steady();
     // The robots' facts are read once per reconcile; their load, which each
     // decision changes, before every decision.
     if (!robots_seen) robots_seen = robot_facts_for(ns, group_key);
@@ -64,7 +64,7 @@ Placement Manager::plan_replica(const json& task_group, const TaskNeeds& needs, 
       placement = place(replica, robots);
     }
     metrics_.observe("k8s4r_manager_scheduling_seconds", {},
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+                     std::chrono::duration<double>(clock_.steady() - started).count());
     if (placement.robot) {
       for (const Unplaced& item : tasks)
         load_.assume(item.key, Claim{ns + "/" + *placement.robot, group_key, item.cpu_milli, item.memory_bytes});
@@ -89,7 +89,7 @@ bool Manager::write_placement(Unplaced& item, const Placement& placement) {
     }
     {
       std::lock_guard lock(mutex_);
-      expected_[item.key] = std::chrono::steady_clock::now();
+      expected_[item.key] = clock_.steady();
     }
     auto created = counted("create", client_.create(crd::kTasks, ns, task));
     if (!created) {

@@ -183,4 +183,8 @@ Result<std::vector<json>> tasks_of(const json& task_group) {
   return out;
 }
 
+std::string key_of(const json& object) {
+  return crd::string_at(object, {"metadata", "namespace"}) + "/" + crd::string_at(object, {"metadata", "name"});
+}
+
 }  // namespace k8s4r::manager

@@ -1,8 +1,12 @@
-// The Agent's report delivery over a fake MQTT link: what it publishes, and
-// what it does when the broker acknowledges, fails, or goes away. Real task
-// processes and files; only the network is fake.
+// The Agent as one component: a fake MQTT link, a fake TaskRunner and a
+// ManualClock that the tests move by hand (never a sleep); the state store
+// and the task directories are real files. Real processes under the real
+// runner are the monitor's tests and the black-box tests' (integration/agent).
 #include "k8s4r/agent/agent.h"
 
+#include "k8s4r/common/messages.h"
+#include "k8s4r/common/topics.h"
+#include "k8s4r/testing/manual_clock.h"
 #include "k8s4r/testing/temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -27,20 +31,81 @@ struct Published {
 struct FakeLink final : mqtt::Link {
   mqtt::LinkEvents events;
   int connects = 0;
+  std::vector<std::string> subscribed;
   std::vector<Published> published;
   void connect() override { ++connects; }
-  void subscribe(const std::vector<mqtt::Subscription>&, mqtt::Completion done) override { done(true, ""); }
+  void subscribe(const std::vector<mqtt::Subscription>& subscriptions, mqtt::Completion done) override {
+    for (const auto& subscription : subscriptions) subscribed.push_back(subscription.filter);
+    done(true, "");
+  }
   void publish(const std::string& topic, const std::string& payload, int, bool, mqtt::Completion done) override {
     published.push_back({topic, payload, std::move(done)});
   }
   void disconnect(std::chrono::milliseconds) override {}
 
-  std::vector<Published*> status_reports() {
+  std::vector<Published*> on(const std::string& suffix) {
     std::vector<Published*> out;
     for (auto& p : published) {
-      if (p.topic.find("/status") != std::string::npos) out.push_back(&p);
+      if (p.topic.size() >= suffix.size() &&
+          p.topic.compare(p.topic.size() - suffix.size(), suffix.size(), suffix) == 0)
+        out.push_back(&p);
     }
     return out;
+  }
+  std::vector<Published*> status_reports() { return on("/status"); }
+};
+
+// Starts nothing: a run is "running" once the test says it started, and
+// ends when the test says so.
+struct FakeRunner final : TaskRunner {
+  explicit FakeRunner(RunnerEvents e) : events(std::move(e)) {}
+  RunnerEvents events;
+  std::vector<RunRequest> starts;
+  std::vector<std::pair<std::string, StopReason>> stops;
+  std::set<std::string> running;
+  std::set<pid_t> alive;  // pids still_runs() finds, for a restarted agent
+  std::vector<std::string> adopted;
+  pid_t next_pid = 1000;
+
+  void start(RunRequest request) override { starts.push_back(std::move(request)); }
+  Result<void> adopt(const std::string& uid, const TaskProcess&, SteadyTime, std::optional<std::chrono::nanoseconds>,
+                     std::chrono::nanoseconds) override {
+    adopted.push_back(uid);
+    running.insert(uid);
+    return ok();
+  }
+  bool still_runs(const TaskProcess& processes) override { return alive.count(processes.pid) > 0; }
+  void kill_unwatched(const TaskProcess&) override {}
+  TaskExit ended_unwatched(const std::string& uid, const TaskProcess&) override {
+    TaskExit exit;
+    exit.task_uid = uid;
+    exit.status_known = false;
+    exit.unknown_why = "no record";
+    return exit;
+  }
+  bool stop(const std::string& uid, StopReason reason) override {
+    stops.emplace_back(uid, reason);
+    return running.count(uid) > 0;
+  }
+  void sweep(const std::vector<TaskProcess>&) override {}
+  void forget_record(const TaskProcess&) override {}
+
+  // The test's hand on the processes.
+  void start_ok(const std::string& uid) {
+    TaskProcess processes;
+    processes.pid = next_pid++;
+    processes.pgid = processes.pid + 1;
+    running.insert(uid);
+    events.started(uid, processes);
+  }
+  void start_fails(const std::string& uid, const std::string& why) { events.started(uid, Error{"command", why}); }
+  void exit(const std::string& uid, int code, std::optional<StopReason> stopped_by = std::nullopt) {
+    running.erase(uid);
+    TaskExit exit;
+    exit.task_uid = uid;
+    exit.status = ExitStatus{code, code > 128 ? code - 128 : 0};
+    exit.stopped_by = stopped_by;
+    events.exited(exit);
   }
 };
 
@@ -49,38 +114,63 @@ class AgentTest : public ::testing::Test {
   AgentTest() {
     config_.broker_url = "tcp://broker.invalid:1883";
     config_.robot_id = "robot-1";
-    config_.work_dir = (temp_ / "work").string();
-    config_.task_shim = K8S4R_TASK_SHIM;
+    config_.work_dir = (temp_.path() / "work").string();
+    config_.heartbeat_interval = 10s;
     make_agent();
-  }
-  void make_agent() {
-    agent_.reset();
-    agent_ = std::make_unique<Agent>(config_, loop_, [this](mqtt::LinkEvents events) {
-      auto link = std::make_unique<FakeLink>();
-      link->events = std::move(events);
-      link_ = link.get();
-      return link;
-    });
   }
   ~AgentTest() override { agent_.reset(); }
 
-  // Runs the loop until `done` holds (checked every millisecond) or 10 s pass.
-  bool run_until(const std::function<bool()>& done) {
-    const auto deadline = daemon::EventLoop::Clock::now() + 10s;
-    std::function<void()> check = [&] {
-      if (done() || daemon::EventLoop::Clock::now() > deadline) return loop_.stop();
-      loop_.after(1ms, check);
+  void make_agent() {
+    agent_.reset();
+    AgentHooks hooks;
+    hooks.make_runner = [this](const AgentConfig&, RunnerEvents events) {
+      auto runner = std::make_unique<FakeRunner>(std::move(events));
+      runner_ = runner.get();
+      return runner;
     };
-    loop_.post(check);
-    loop_.run();
-    return done();
+    agent_ = std::make_unique<Agent>(
+        config_, loop_,
+        [this](mqtt::LinkEvents events) {
+          auto link = std::make_unique<FakeLink>();
+          link->events = std::move(events);
+          link_ = link.get();
+          return link;
+        },
+        hooks);
   }
 
-  void dispatch(const std::string& uid, const std::string& command) {
+  // Starts the agent and connects it.
+  void connect() {
+    agent_->start();
+    settle();
+    ASSERT_EQ(link_->connects, 1);
+    link_->events.connected();
+    settle();
+  }
+  // Runs what is ready, without moving time.
+  void settle() { loop_.run_ready(); }
+  // Moves time, running every timer at its time.
+  void advance(std::chrono::nanoseconds by) { testing::advance(clock_, loop_, by); }
+
+  void dispatch(const std::string& uid, const std::string& command = "/bin/true", const std::string& extra = "") {
     const std::string payload =
         R"({"action":"create","task":{"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task","metadata":{"name":"t","uid":")" +
-        uid + R"("},"spec":{"name":"t","driver":"exec","config":{"execConfig":{"command":")" + command + R"("}}}}})";
+        uid + R"("},"spec":{"name":"t","driver":"exec","config":{"execConfig":{"command":")" + command + R"("}})" +
+        extra + "}}}";
     link_->events.message("k8s4r/robots/robot-1/tasks/dispatch", payload);
+    settle();
+  }
+  void cancel(const std::string& uid) {
+    link_->events.message("k8s4r/robots/robot-1/tasks/dispatch",
+                          R"({"action":"delete","task":{"metadata":{"uid":")" + uid + R"("}}})");
+    settle();
+  }
+  // Acknowledges every publish not yet answered (the broker's PUBACKs).
+  void acknowledge_all() {
+    for (auto& p : link_->published) {
+      if (p.done) std::exchange(p.done, nullptr)(true, "");
+    }
+    settle();
   }
 
   std::vector<TaskStatus> reports_for(const std::string& uid) {
@@ -91,6 +181,11 @@ class AgentTest : public ::testing::Test {
     }
     return reports;
   }
+  std::vector<Heartbeat> heartbeats() {
+    std::vector<Heartbeat> out;
+    for (auto* p : link_->on("/heartbeat")) out.push_back(parse_heartbeat(p->payload).value());
+    return out;
+  }
 
   bool state_log_mentions(const std::string& text) const {
     std::ifstream in(fs::path(config_.work_dir) / "state.log");
@@ -100,7 +195,7 @@ class AgentTest : public ::testing::Test {
     return false;
   }
 
-  // Reports held durably for the broker, read from the state file as an
+  // Reports held durably for the bridge, read from the state file as an
   // operator would: queued ids less acknowledged ones.
   std::size_t queued_on_disk() const {
     std::ifstream in(fs::path(config_.work_dir) / "state.log");
@@ -115,87 +210,251 @@ class AgentTest : public ::testing::Test {
     return queued.size();
   }
 
-  testing::TempDir temp_;
+  k8s4r::testing::TempDir temp_;
+  k8s4r::testing::ManualClock clock_;
+  daemon::EventLoop loop_{clock_};
   AgentConfig config_;
-  daemon::EventLoop loop_;
   FakeLink* link_ = nullptr;
+  FakeRunner* runner_ = nullptr;
   std::unique_ptr<Agent> agent_;
 };
 
 std::int64_t seq_of(const Published* p) { return parse_task_status(p->payload).value().seq.value(); }
 
+TEST_F(AgentTest, ATaskStartsOnlyOnceItsAcceptanceIsDurableAndReportsEachStateWithAGrowingSeq) {
+  connect();
+  dispatch("t-1", "/bin/echo");
+  ASSERT_EQ(runner_->starts.size(), 1u);
+  EXPECT_TRUE(state_log_mentions(R"("op":"accept","uid":"t-1")"));
+  EXPECT_EQ(runner_->starts[0].process.command, "/bin/echo");
+  EXPECT_EQ(runner_->starts[0].process.env.at("K8S4R_TASK_UID"), "t-1");
+  EXPECT_TRUE(reports_for("t-1").empty());  // not running until the runner says so
+
+  runner_->start_ok("t-1");
+  settle();
+  runner_->exit("t-1", 0);
+  settle();
+  const auto reports = reports_for("t-1");
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].state, TaskRunState::running);
+  EXPECT_EQ(reports[0].seq, 1);
+  EXPECT_EQ(reports[1].state, TaskRunState::completed);
+  EXPECT_EQ(reports[1].seq, 2);
+  EXPECT_EQ(reports[1].exit_code, 0);
+  EXPECT_EQ(reports[1].finished_at, clock_.wall());
+}
+
 TEST_F(AgentTest, AReportLeavesTheDiskQueueOnlyWhenAcknowledgedAndIsRepublishedInOrderAfterReconnect) {
-  agent_->start();
-  ASSERT_EQ(link_->connects, 1);
-  link_->events.connected();
-  dispatch("t-1", "/bin/true");
-  ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 2; }));
+  connect();
+  dispatch("t-1");
+  runner_->start_ok("t-1");
+  settle();
+  runner_->exit("t-1", 0);
+  settle();
+  ASSERT_EQ(link_->status_reports().size(), 2u);
   EXPECT_EQ(seq_of(link_->status_reports()[0]), 1);
   EXPECT_EQ(seq_of(link_->status_reports()[1]), 2);
   EXPECT_EQ(queued_on_disk(), 2u);  // not acknowledged yet
 
   // The first is acknowledged, then the connection drops before the second is.
   link_->status_reports()[0]->done(true, "");
-  ASSERT_TRUE(run_until([&] { return queued_on_disk() == 1; }));
+  advance(1s);  // the acknowledgement's lazy commit
+  EXPECT_EQ(queued_on_disk(), 1u);
   link_->events.connection_lost("broker went away");
-  ASSERT_TRUE(run_until([&] { return link_->connects == 2; }));  // after a backoff
+  settle();
+  EXPECT_EQ(link_->connects, 1);
+  advance(700ms);  // the first reconnect waits 0.4 to 0.6 s
+  EXPECT_EQ(link_->connects, 2);
   link_->published.clear();
   link_->events.connected();
-  ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 1; }));
+  settle();
+  ASSERT_EQ(link_->status_reports().size(), 1u);
   EXPECT_EQ(seq_of(link_->status_reports()[0]), 2);
   EXPECT_EQ(parse_task_status(link_->status_reports()[0]->payload).value().state, TaskRunState::completed);
 
-  // A failed publish is tried again on the same connection.
+  // A failed publish is tried again on the same connection, a second later.
   link_->status_reports()[0]->done(false, "no PUBACK");
-  ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 2; }));
+  settle();
+  EXPECT_EQ(link_->status_reports().size(), 1u);
+  advance(1s);
+  ASSERT_EQ(link_->status_reports().size(), 2u);
   link_->status_reports()[1]->done(true, "");
-  ASSERT_TRUE(run_until([&] { return queued_on_disk() == 0; }));
+  advance(1s);
+  EXPECT_EQ(queued_on_disk(), 0u);
 }
 
 TEST_F(AgentTest, AnAcknowledgementFromAnEarlierConnectionIsIgnored) {
-  agent_->start();
-  link_->events.connected();
-  dispatch("t-2", "/bin/true");
-  ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 2; }));
+  connect();
+  dispatch("t-2");
+  runner_->start_ok("t-2");
+  settle();
+  runner_->exit("t-2", 0);
+  settle();
+  ASSERT_EQ(link_->status_reports().size(), 2u);
   mqtt::Completion stale = link_->status_reports()[1]->done;
   link_->events.connection_lost("gone");
-  ASSERT_TRUE(run_until([&] { return link_->connects == 2; }));
+  advance(1s);
   link_->published.clear();
   link_->events.connected();
-  ASSERT_TRUE(run_until([&] { return link_->status_reports().size() == 2; }));
+  settle();
+  ASSERT_EQ(link_->status_reports().size(), 2u);
   // Both are in flight again; the old connection's PUBACK changes nothing.
   stale(true, "");
-  loop_.post([&] { loop_.stop(); });  // runs after what the completion posted
-  loop_.run();
+  advance(1s);
   EXPECT_EQ(queued_on_disk(), 2u);
   for (auto* report : link_->status_reports()) report->done(true, "");
-  ASSERT_TRUE(run_until([&] { return queued_on_disk() == 0; }));
+  advance(1s);
+  EXPECT_EQ(queued_on_disk(), 0u);
 }
 
 TEST_F(AgentTest, AFinishedTaskDispatchedAgainIsAnsweredWithinItsRetentionAndRunsAgainOnlyAfterItWithAHigherSeq) {
   config_.finished_task_retention = 400ms;
   make_agent();
-  agent_->start();
-  link_->events.connected();
-  dispatch("t-3", "/bin/true");
-  ASSERT_TRUE(run_until([&] { return reports_for("t-3").size() == 2; }));
-  ASSERT_EQ(reports_for("t-3")[1].state, TaskRunState::completed);
+  connect();
+  dispatch("t-3");
+  runner_->start_ok("t-3");
+  settle();
+  runner_->exit("t-3", 0);
+  settle();
+  ASSERT_EQ(reports_for("t-3").size(), 2u);
 
   // Within the retention: the final report again, with a new seq; no process.
-  dispatch("t-3", "/bin/true");
-  ASSERT_TRUE(run_until([&] { return reports_for("t-3").size() == 3; }));
+  advance(100ms);
+  dispatch("t-3");
+  EXPECT_EQ(runner_->starts.size(), 1u);
+  ASSERT_EQ(reports_for("t-3").size(), 3u);
   EXPECT_EQ(reports_for("t-3")[2].state, TaskRunState::completed);
   EXPECT_EQ(reports_for("t-3")[2].event, "Exited");
   EXPECT_EQ(reports_for("t-3")[2].seq, 3);
 
   // After it, the uid is forgotten (on disk too) and a dispatch is new work;
   // its seqs go on above every one used before.
-  ASSERT_TRUE(run_until([&] { return state_log_mentions(R"("op":"forget","uid":"t-3")"); }));
-  dispatch("t-3", "/bin/true");
-  ASSERT_TRUE(run_until([&] { return reports_for("t-3").size() == 5; }));
+  advance(500ms);
+  EXPECT_TRUE(state_log_mentions(R"("op":"forget","uid":"t-3")"));
+  dispatch("t-3");
+  ASSERT_EQ(runner_->starts.size(), 2u);
+  runner_->start_ok("t-3");
+  settle();
+  ASSERT_EQ(reports_for("t-3").size(), 4u);
   EXPECT_EQ(reports_for("t-3")[3].state, TaskRunState::running);
   EXPECT_EQ(reports_for("t-3")[3].seq, 4);
-  EXPECT_EQ(reports_for("t-3")[4].seq, 5);
+}
+
+TEST_F(AgentTest, HeartbeatsKeepTheirIntervalAndListTheRunningTasks) {
+  connect();
+  ASSERT_EQ(heartbeats().size(), 1u);  // at once on connecting
+  dispatch("t-4");
+  runner_->start_ok("t-4");
+  settle();
+  advance(10s);
+  ASSERT_EQ(heartbeats().size(), 2u);
+  EXPECT_EQ(heartbeats()[1].running_tasks, std::vector<std::string>{"t-4"});
+  EXPECT_EQ(heartbeats()[1].timestamp, clock_.wall());
+  runner_->exit("t-4", 0);
+  advance(25s);
+  ASSERT_EQ(heartbeats().size(), 4u);
+  EXPECT_TRUE(heartbeats()[3].running_tasks.empty());
+}
+
+TEST_F(AgentTest, RegistersUntilTheBridgeAnswersWithABackoffThatGrows) {
+  connect();
+  ASSERT_EQ(link_->on("/register").size(), 1u);
+  advance(2500ms);  // the first retry after 1.6 to 2.4 s
+  ASSERT_EQ(link_->on("/register").size(), 2u);
+  advance(3s);  // the second waits 3.2 to 4.8 s
+  EXPECT_EQ(link_->on("/register").size(), 2u);
+  advance(2s);
+  ASSERT_EQ(link_->on("/register").size(), 3u);
+  link_->events.message("k8s4r/robots/robot-1/response", R"({"success":true,"robotId":"robot-1"})");
+  advance(5min);
+  EXPECT_EQ(link_->on("/register").size(), 3u);
+}
+
+TEST_F(AgentTest, ARestartPolicyRunsAFailedTaskAgainAfterItsDelay) {
+  connect();
+  dispatch("t-5", "/bin/false", R"(,"restartPolicy":{"attempts":1,"interval":"1h","delay":"5s","mode":"fail"})");
+  runner_->start_ok("t-5");
+  settle();
+  runner_->exit("t-5", 1);
+  settle();
+  ASSERT_EQ(reports_for("t-5").back().event, "Restarting");
+  advance(4s);
+  EXPECT_EQ(runner_->starts.size(), 1u);
+  advance(1s);
+  ASSERT_EQ(runner_->starts.size(), 2u);
+  EXPECT_EQ(runner_->starts[1].run, 1);
+  EXPECT_TRUE(runner_->starts[1].process.append_output);
+  runner_->start_ok("t-5");
+  settle();
+  runner_->exit("t-5", 1);
+  settle();
+  EXPECT_EQ(reports_for("t-5").back().state, TaskRunState::failed);
+  EXPECT_EQ(reports_for("t-5").back().restart_count, 1);
+}
+
+TEST_F(AgentTest, ACancelWhileTheRunStartsReachesItOnceItRuns) {
+  connect();
+  dispatch("t-6");
+  cancel("t-6");
+  EXPECT_TRUE(runner_->stops.empty());  // nothing to signal yet
+  runner_->start_ok("t-6");
+  settle();
+  ASSERT_EQ(runner_->stops.size(), 1u);
+  EXPECT_EQ(runner_->stops[0], std::make_pair(std::string("t-6"), StopReason::cancelled));
+  runner_->exit("t-6", 143, StopReason::cancelled);
+  settle();
+  EXPECT_EQ(reports_for("t-6").back().state, TaskRunState::failed);
+  EXPECT_EQ(reports_for("t-6").back().reason, "Cancelled");
+}
+
+TEST_F(AgentTest, ATaskThatCannotStartIsReportedFailedWithWhy) {
+  connect();
+  dispatch("t-7", "/no/such/command");
+  runner_->start_fails("t-7", "/no/such/command: not found");
+  settle();
+  ASSERT_EQ(reports_for("t-7").size(), 1u);
+  EXPECT_EQ(reports_for("t-7")[0].state, TaskRunState::failed);
+  EXPECT_EQ(reports_for("t-7")[0].reason, "StartFailed");
+  EXPECT_NE(reports_for("t-7")[0].message.find("not found"), std::string::npos);
+}
+
+TEST_F(AgentTest, ARestartedAgentWatchesItsStillRunningTaskAgainInsteadOfStartingIt) {
+  connect();
+  dispatch("t-8");
+  runner_->start_ok("t-8");
+  settle();
+  const pid_t pid = runner_->next_pid - 1;
+  agent_.reset();  // as if killed: nothing said, nothing stopped
+
+  make_agent();
+  runner_->alive.insert(pid);
+  connect();
+  EXPECT_EQ(runner_->adopted, std::vector<std::string>{"t-8"});
+  EXPECT_TRUE(runner_->starts.empty());
+  EXPECT_EQ(heartbeats().back().running_tasks, std::vector<std::string>{"t-8"});
+  dispatch("t-8");  // the bridge's resend: answered, not run
+  EXPECT_TRUE(runner_->starts.empty());
+  EXPECT_EQ(reports_for("t-8").back().state, TaskRunState::running);
+}
+
+TEST_F(AgentTest, ShutdownStopsTheRunningTasksReportsThemAndSaysOffline) {
+  connect();
+  dispatch("t-9");
+  runner_->start_ok("t-9");
+  settle();
+  acknowledge_all();
+  agent_->shutdown();
+  settle();
+  ASSERT_EQ(runner_->stops.size(), 1u);
+  EXPECT_EQ(runner_->stops[0].second, StopReason::shutdown);
+  runner_->exit("t-9", 143, StopReason::shutdown);
+  settle();
+  EXPECT_EQ(reports_for("t-9").back().reason, "AgentShutdown");
+  acknowledge_all();
+  const auto presence = link_->on("/presence");
+  ASSERT_FALSE(presence.empty());
+  EXPECT_FALSE(parse_presence(presence.back()->payload).value().online);
+  EXPECT_EQ(queued_on_disk(), 0u);
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ TEST(RestartTracker, ModeFailStopsAfterTheAttempts) {
   EXPECT_EQ(tracker.on_exit(t0 + 10s, kFailed, std::nullopt).kind, Kind::restart);
   auto third = tracker.on_exit(t0 + 20s, ExitStatus{137, 9}, std::nullopt);
   EXPECT_EQ(third.kind, Kind::fail);
-  EXPECT_EQ(third.message, "killed by signal 9; exceeded 2 restarts in 1m0s");
+  EXPECT_EQ(third.message, "killed by SIGKILL; exceeded 2 restarts in 1m0s");
   EXPECT_EQ(tracker.restart_count(), 2);
 }
 

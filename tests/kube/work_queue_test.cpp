@@ -2,9 +2,12 @@
 // backoff, and nothing lost when a key is added while a worker holds it.
 #include "k8s4r/kube/work_queue.h"
 
+#include "k8s4r/testing/manual_clock.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <map>
 #include <set>
 #include <thread>
@@ -59,17 +62,21 @@ TEST(WorkQueue, UrgentKeysGoFirstEachKindInItsOwnOrder) {
 }
 
 TEST(WorkQueue, DelayedKeysComeOutInTimeOrderAndAnEarlierAddWins) {
-  WorkQueue queue;
-  // Before the adds: a delay counts from its add, so a start taken after
-  // them would make a key that is on time look early on a slow machine.
-  const auto start = WorkQueue::Clock::now();
+  testing::ManualClock clock;
+  WorkQueue queue({}, clock);
   queue.add_after("late", 60ms);
   queue.add_after("soon", 20ms);
   queue.add_after("late", 10min);  // later than pending: ignored
+  EXPECT_EQ(queue.metrics().delayed, 2u);
+  clock.advance(19ms);
+  EXPECT_EQ(queue.metrics().delayed, 2u);
+  clock.advance(1ms);
+  EXPECT_EQ(queue.metrics().delayed, 1u);
   EXPECT_EQ(queue.get(), "soon");
-  EXPECT_GE(WorkQueue::Clock::now() - start, 20ms);
-  EXPECT_EQ(queue.get(), "late");
-  EXPECT_GE(WorkQueue::Clock::now() - start, 60ms);
+  // A worker waiting for the next one is woken when its time comes.
+  auto next = std::async(std::launch::async, [&] { return queue.get(); });
+  clock.advance(40ms);
+  EXPECT_EQ(next.get(), "late");
   queue.add_after("x", 10min);
   queue.add("x");  // an add now replaces the delayed one
   EXPECT_EQ(queue.get(), "x");
@@ -87,15 +94,18 @@ TEST(WorkQueue, BackoffDoublesPerFailureUpToTheCap) {
 }
 
 TEST(WorkQueue, RateLimitedRetriesWaitTheirJitteredBackoffAndForgetResets) {
-  WorkQueue queue(WorkQueueOptions{40ms, 1s, 0.5});
+  testing::ManualClock clock;
+  WorkQueue queue(WorkQueueOptions{40ms, 1s, 0.5}, clock);
   queue.add("k");
   ASSERT_EQ(queue.get(), "k");
-  const auto start = WorkQueue::Clock::now();
   queue.add_rate_limited("k");
   queue.done("k");
   EXPECT_EQ(queue.failures("k"), 1);
+  clock.advance(29ms);  // 40 ms less at most a quarter
+  EXPECT_EQ(queue.metrics().delayed, 1u);
+  clock.advance(21ms);  // 40 ms more at most a quarter
+  EXPECT_EQ(queue.metrics().delayed, 0u);
   ASSERT_EQ(queue.get(), "k");
-  EXPECT_GE(WorkQueue::Clock::now() - start, 30ms);  // 40 ms less at most a quarter
   queue.add_rate_limited("k");
   EXPECT_EQ(queue.failures("k"), 2);
   queue.forget("k");

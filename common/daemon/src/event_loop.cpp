@@ -10,7 +10,7 @@
 
 namespace k8s4r::daemon {
 
-EventLoop::EventLoop() {
+EventLoop::EventLoop(const Clock& clock) : clock_(clock) {
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw std::runtime_error(std::string("event loop: eventfd: ") + std::strerror(errno));
 }
@@ -43,7 +43,7 @@ void EventLoop::stop() {
   wake();
 }
 
-EventLoop::TimerId EventLoop::at(Clock::time_point when, std::function<void()> work) {
+EventLoop::TimerId EventLoop::at(SteadyTime when, std::function<void()> work) {
   const TimerId id = next_timer_++;
   timers_.emplace(id, std::make_pair(when, std::move(work)));
   timer_order_.emplace(when, id);
@@ -65,28 +65,48 @@ void EventLoop::cancel(TimerId timer) {
 
 void EventLoop::watch(int fd, std::function<void()> on_readable) { watched_.emplace_back(fd, std::move(on_readable)); }
 
+bool EventLoop::run_once() {
+  std::deque<std::function<void()>> work;
+  {
+    std::lock_guard lock(mutex_);
+    work.swap(posted_);
+  }
+  bool ran = !work.empty();
+  for (auto& item : work) item();
+
+  // Timers due now, each once; a timer may add or cancel others.
+  while (!timer_order_.empty() && timer_order_.begin()->first <= clock_.steady()) {
+    const TimerId id = timer_order_.begin()->second;
+    timer_order_.erase(timer_order_.begin());
+    auto found = timers_.find(id);
+    auto due = std::move(found->second.second);
+    timers_.erase(found);
+    due();
+    ran = true;
+  }
+  return ran;
+}
+
+void EventLoop::run_ready() {
+  while (run_once()) {
+  }
+}
+
+std::optional<SteadyTime> EventLoop::next_timer() const {
+  if (timer_order_.empty()) return std::nullopt;
+  return timer_order_.begin()->first;
+}
+
 void EventLoop::run() {
   for (;;) {
-    std::deque<std::function<void()>> work;
     {
       std::lock_guard lock(mutex_);
       if (stopping_) {
         stopping_ = false;
         return;
       }
-      work.swap(posted_);
     }
-    for (auto& item : work) item();
-
-    // Timers due now, each once; a timer may add or cancel others.
-    while (!timer_order_.empty() && timer_order_.begin()->first <= Clock::now()) {
-      const TimerId id = timer_order_.begin()->second;
-      timer_order_.erase(timer_order_.begin());
-      auto found = timers_.find(id);
-      auto due = std::move(found->second.second);
-      timers_.erase(found);
-      due();
-    }
+    run_once();
     {
       std::lock_guard lock(mutex_);
       if (!posted_.empty() || stopping_) continue;
@@ -94,7 +114,7 @@ void EventLoop::run() {
 
     int timeout_ms = -1;
     if (!timer_order_.empty()) {
-      const auto left = timer_order_.begin()->first - Clock::now();
+      const auto left = timer_order_.begin()->first - clock_.steady();
       // Round up, so a timer never fires early and the loop never spins.
       const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
       timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 24 * 3600 * 1000));

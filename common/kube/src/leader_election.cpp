@@ -10,14 +10,7 @@
 namespace k8s4r::kube {
 
 using nlohmann::json;
-using SteadyClock = std::chrono::steady_clock;
-
 namespace {
-
-std::string micro_time_now() {
-  return format_rfc3339(std::chrono::time_point_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now()),
-                        TimePrecision::microseconds);
-}
 
 long long whole_seconds(std::chrono::nanoseconds duration) {
   return std::max<long long>(1, std::chrono::duration_cast<std::chrono::seconds>(duration).count());
@@ -36,8 +29,8 @@ ClientConfig lease_client_config(ClientConfig base, std::chrono::nanoseconds ret
   return base;
 }
 
-LeaderElector::LeaderElector(Client& client, LeaderElectionConfig config)
-    : client_(client), config_(std::move(config)) {}
+LeaderElector::LeaderElector(Client& client, LeaderElectionConfig config, const Clock& clock)
+    : client_(client), config_(std::move(config)), clock_(clock) {}
 
 LeaderElector::~LeaderElector() { stop(); }
 
@@ -48,8 +41,9 @@ void LeaderElector::start() {
 }
 
 bool LeaderElector::wait(std::chrono::nanoseconds delay) {
+  const SteadyTime until = clock_.steady() + std::chrono::duration_cast<SteadyTime::duration>(delay);
   std::unique_lock lock(mutex_);
-  wake_.wait_for(lock, delay, [this] { return stopping_.load(); });
+  while (!stopping_ && clock_.steady() < until) clock_.wait_until(wake_, lock, until);
   return !stopping_;
 }
 
@@ -62,7 +56,7 @@ void LeaderElector::run() {
   };
   // Follow until the Lease is ours.
   while (!stopping_) {
-    acquired_at_ = SteadyClock::now();
+    acquired_at_ = clock_.steady();
     if (try_acquire_or_renew() == Attempt::acquired) break;
     if (!wait(jittered())) return;
   }
@@ -76,13 +70,13 @@ void LeaderElector::run() {
     if (!wait(config_.retry_period)) return;
     // The renewal counts from before its request: a slow answer must not
     // stretch the lease this leader believes it holds.
-    const auto attempted = SteadyClock::now();
+    const auto attempted = clock_.steady();
     if (try_acquire_or_renew() == Attempt::acquired) {
       last_renewed_ = attempted;
       continue;
     }
     ++failed_renewals_;
-    if (SteadyClock::now() - last_renewed_ >= config_.renew_deadline) {
+    if (clock_.steady() - last_renewed_ >= config_.renew_deadline) {
       leading_ = false;
       spdlog::error("leader election: could not renew Lease {}/{} within {} s; no longer the leader",
                     config_.namespace_, config_.name,
@@ -94,7 +88,7 @@ void LeaderElector::run() {
 }
 
 LeaderElector::Attempt LeaderElector::try_acquire_or_renew() {
-  const std::string now = micro_time_now();
+  const std::string now = format_rfc3339(clock_.wall(), TimePrecision::microseconds);
   json spec = {{"holderIdentity", config_.identity},
                {"leaseDurationSeconds", whole_seconds(config_.lease_duration)},
                {"acquireTime", now},
@@ -118,7 +112,7 @@ LeaderElector::Attempt LeaderElector::try_acquire_or_renew() {
       return Attempt::failed;
     }
     observed_record_ = created.value()["spec"].dump();
-    observed_at_ = SteadyClock::now();
+    observed_at_ = clock_.steady();
     observed_holder_ = config_.identity;
     return Attempt::acquired;
   }
@@ -128,7 +122,7 @@ LeaderElector::Attempt LeaderElector::try_acquire_or_renew() {
   const std::string holder = text_of(old_spec, "holderIdentity");
   if (record != observed_record_) {
     observed_record_ = record;
-    observed_at_ = SteadyClock::now();
+    observed_at_ = clock_.steady();
     if (holder != observed_holder_) {
       observed_holder_ = holder;
       if (!holder.empty() && config_.on_new_leader) config_.on_new_leader(holder);
@@ -138,7 +132,7 @@ LeaderElector::Attempt LeaderElector::try_acquire_or_renew() {
   if (old_spec.contains("leaseDurationSeconds") && old_spec["leaseDurationSeconds"].is_number_integer())
     duration_seconds = old_spec["leaseDurationSeconds"].get<long long>();
   if (!holder.empty() && holder != config_.identity &&
-      SteadyClock::now() < observed_at_ + std::chrono::seconds(duration_seconds)) {
+      clock_.steady() < observed_at_ + std::chrono::seconds(duration_seconds)) {
     return Attempt::held_by_other;
   }
   long long transitions = 0;
@@ -159,7 +153,7 @@ LeaderElector::Attempt LeaderElector::try_acquire_or_renew() {
     return Attempt::failed;
   }
   observed_record_ = updated.value()["spec"].dump();
-  observed_at_ = SteadyClock::now();
+  observed_at_ = clock_.steady();
   if (holder != config_.identity) {
     observed_holder_ = config_.identity;
     spdlog::info("leader election: took Lease {}/{} from {}", config_.namespace_, config_.name,
@@ -169,7 +163,10 @@ LeaderElector::Attempt LeaderElector::try_acquire_or_renew() {
 }
 
 void LeaderElector::stop() {
-  stopping_ = true;
+  {
+    std::lock_guard lock(mutex_);  // a waiter between its check and its wait still hears it
+    stopping_ = true;
+  }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
@@ -181,7 +178,7 @@ void LeaderElector::release() {
   if (!current) return;
   json lease = std::move(current.value());
   if (text_of(lease["spec"], "holderIdentity") != config_.identity) return;
-  const std::string now = micro_time_now();
+  const std::string now = format_rfc3339(clock_.wall(), TimePrecision::microseconds);
   lease["spec"]["holderIdentity"] = "";
   lease["spec"]["leaseDurationSeconds"] = 1;
   lease["spec"]["renewTime"] = now;

@@ -12,9 +12,9 @@ std::chrono::milliseconds backoff_delay(int failures, const WorkQueueOptions& op
       static_cast<std::int64_t>(std::min(delay, static_cast<double>(options.max_delay.count()))));
 }
 
-WorkQueue::WorkQueue(WorkQueueOptions options) : options_(options) {}
+WorkQueue::WorkQueue(WorkQueueOptions options, const Clock& clock) : options_(options), clock_(clock) {}
 
-void WorkQueue::enqueue_locked(const std::string& key, Clock::time_point now) {
+void WorkQueue::enqueue_locked(const std::string& key, SteadyTime now) {
   if (processing_.count(key)) {
     dirty_.insert(key);
     return;
@@ -41,18 +41,18 @@ void WorkQueue::add(const std::string& key) {
     }
     delayed_at_.erase(delayed);
   }
-  enqueue_locked(key, Clock::now());
+  enqueue_locked(key, clock_.steady());
 }
 
-void WorkQueue::add_after(const std::string& key, Clock::duration delay) {
-  if (delay <= Clock::duration::zero()) {
+void WorkQueue::add_after(const std::string& key, std::chrono::nanoseconds delay) {
+  if (delay <= std::chrono::nanoseconds::zero()) {
     add(key);
     return;
   }
   std::lock_guard lock(mutex_);
   if (shutting_down_) return;
   ++metrics_.adds;
-  const Clock::time_point when = Clock::now() + delay;
+  const SteadyTime when = clock_.steady() + std::chrono::duration_cast<SteadyTime::duration>(delay);
   if (auto existing = delayed_at_.find(key); existing != delayed_at_.end()) {
     if (existing->second <= when) return;
     auto [begin, end] = delayed_.equal_range(existing->second);
@@ -69,7 +69,7 @@ void WorkQueue::add_after(const std::string& key, Clock::duration delay) {
 }
 
 void WorkQueue::add_rate_limited(const std::string& key) {
-  Clock::duration delay;
+  std::chrono::nanoseconds delay;
   {
     std::lock_guard lock(mutex_);
     if (shutting_down_) return;
@@ -77,7 +77,7 @@ void WorkQueue::add_rate_limited(const std::string& key) {
     const int failures = ++failures_[key];
     const auto base = backoff_delay(failures, options_);
     std::uniform_real_distribution<double> factor(1.0 - options_.jitter / 2, 1.0 + options_.jitter / 2);
-    delay = std::chrono::duration_cast<Clock::duration>(
+    delay = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::duration<double, std::milli>(static_cast<double>(base.count()) * factor(random_)));
   }
   add_after(key, delay);
@@ -94,7 +94,7 @@ int WorkQueue::failures(const std::string& key) const {
   return found == failures_.end() ? 0 : found->second;
 }
 
-void WorkQueue::promote_due_locked(Clock::time_point now) {
+void WorkQueue::promote_due_locked(SteadyTime now) {
   while (!delayed_.empty() && delayed_.begin()->first <= now) {
     const std::string key = delayed_.begin()->second;
     delayed_.erase(delayed_.begin());
@@ -107,7 +107,7 @@ std::optional<std::string> WorkQueue::get() {
   std::unique_lock lock(mutex_);
   for (;;) {
     if (shutting_down_) return std::nullopt;
-    const Clock::time_point now = Clock::now();
+    const SteadyTime now = clock_.steady();
     promote_due_locked(now);
     if (auto& next = urgent_.empty() ? ready_ : urgent_; !next.empty()) {
       std::string key = std::move(next.front());
@@ -125,7 +125,7 @@ std::optional<std::string> WorkQueue::get() {
     if (delayed_.empty()) {
       ready_changed_.wait(lock);
     } else {
-      ready_changed_.wait_until(lock, delayed_.begin()->first);
+      clock_.wait_until(ready_changed_, lock, delayed_.begin()->first);
     }
   }
 }
@@ -134,7 +134,7 @@ void WorkQueue::done(const std::string& key) {
   std::lock_guard lock(mutex_);
   processing_.erase(key);
   ++metrics_.processed;
-  if (dirty_.erase(key) && !shutting_down_) enqueue_locked(key, Clock::now());
+  if (dirty_.erase(key) && !shutting_down_) enqueue_locked(key, clock_.steady());
 }
 
 void WorkQueue::shut_down() {
@@ -152,6 +152,9 @@ WorkQueueMetrics WorkQueue::metrics() const {
   std::lock_guard lock(mutex_);
   WorkQueueMetrics metrics = metrics_;
   metrics.depth = urgent_.size() + ready_.size() + delayed_.size() + dirty_.size();
+  const SteadyTime now = clock_.steady();
+  metrics.delayed = static_cast<std::size_t>(
+      std::count_if(delayed_.begin(), delayed_.end(), [&](const auto& entry) { return entry.first > now; }));
   metrics.in_progress = processing_.size();
   return metrics;
 }

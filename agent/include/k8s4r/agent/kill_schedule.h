@@ -7,6 +7,8 @@
 // Threading: not thread-safe; the monitor guards it.
 #pragma once
 
+#include "k8s4r/common/clock.h"
+
 #include <chrono>
 #include <csignal>
 #include <map>
@@ -15,8 +17,6 @@
 #include <vector>
 
 namespace k8s4r::agent {
-
-using SteadyTime = std::chrono::steady_clock::time_point;
 
 // Why a task is being stopped; it becomes the final status' reason.
 enum class StopReason { timeout, cancelled, shutdown };

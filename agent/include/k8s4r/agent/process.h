@@ -96,6 +96,9 @@ struct ExitStatus {
   int signal = 0;     // the signal that ended it, or 0
 };
 
+// "exited with code 3", "killed by SIGKILL".
+std::string describe_exit(const ExitStatus& status);
+
 // Reaps the exited process behind `pidfd` (without blocking); nullopt while it runs.
 std::optional<ExitStatus> reap(int pidfd);
 

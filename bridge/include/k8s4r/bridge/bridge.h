@@ -22,6 +22,8 @@
 // read back from the resources (status.dispatchedAt, the finalizer), not
 // from memory.
 //
+// Time (steady and wall) is the EventLoop's Clock.
+//
 // Threading: one thread, the EventLoop's, owns all state. MQTT callbacks and
 // informer events arrive on other threads and are posted to the loop; MQTT
 // messages through a bounded inbox (daemon/inbox.h).
@@ -54,7 +56,6 @@ namespace k8s4r::bridge {
 struct BridgeHooks {
   std::function<void(const std::string&)> notify;  // sd_notify
   std::optional<std::chrono::microseconds> watchdog_interval;
-  std::function<Timestamp()> now;  // the wall clock written into resources; default system_clock
 };
 
 class Bridge {

@@ -32,6 +32,7 @@
 #include "k8s4r/kube/informer.h"
 #include "k8s4r/kube/work_queue.h"
 #include "k8s4r/manager/config.h"
+#include "k8s4r/manager/plan_group.h"
 #include "k8s4r/manager/reschedule.h"
 #include "k8s4r/manager/robot_lifecycle.h"
 #include "k8s4r/manager/robot_load.h"
@@ -51,18 +52,10 @@
 
 namespace k8s4r::manager {
 
-// The annotation that records when the manager placed a Task (RFC 3339):
-// the start of its dispatch timeout when the bridge has not sent it yet.
-inline constexpr const char* kScheduledAtAnnotation = "robot.k8s4r.io/scheduled-at";
-
-struct ManagerHooks {
-  std::function<Timestamp()> now;  // the wall clock; default system_clock
-};
-
 class Manager {
  public:
   Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& metrics, std::string instance,
-          ManagerHooks hooks = {});
+          const Clock& clock = real_clock());
   ~Manager();
   Manager(const Manager&) = delete;
   Manager& operator=(const Manager&) = delete;
@@ -92,11 +85,6 @@ class Manager {
     int workers = 1;
     std::vector<std::thread> threads;
   };
-  // One slot of a TaskGroup (a replica's task) and its Tasks, oldest attempt first.
-  struct Slot {
-    std::string replica, task;
-    std::vector<kube::ObjectPtr> attempts;
-  };
 
   // manager.cpp: wiring, queues, workers, metrics, writes.
   void add_handlers();
@@ -124,21 +112,13 @@ class Manager {
   // job_controller.cpp
   Outcome reconcile_job(const std::string& key);
 
-  // task_group_controller.cpp
+  // task_group_controller.cpp: read the caches, plan (plan_group.h), apply.
   Outcome reconcile_group(const std::string& key);
-  std::vector<Slot> slots_of(const nlohmann::json& task_group) const;
-  // Why the newest Task of a slot is lost (its robot gone, Offline, silent
-  // about it), or none; `recheck` is lowered to when that may change.
-  std::optional<std::string> lost_reason(const nlohmann::json& task, Timestamp now, Outcome& outcome);
+  GroupView view_of_group(const std::string& namespace_, const std::string& name);
+  Outcome apply_group_plan(const std::string& key, const GroupView& view, GroupPlan& plan);
   bool mark_lost(const nlohmann::json& task, const std::string& why);
 
   // scheduler.cpp
-  struct Unplaced {
-    std::string key;      // namespace/name of the Task
-    nlohmann::json task;  // to create (no uid), or the cached Task
-    bool exists = false;  // in the cache: patched, not created
-    std::int64_t cpu_milli = 0, memory_bytes = 0;
-  };
   // Chooses one robot for a replica's unplaced Tasks (beside a sibling still
   // running, when its robot still fits; only `only_robot` for a system
   // job's replica) and counts them on it at once (RobotLoad::assume).
@@ -160,7 +140,7 @@ class Manager {
   kube::Client& client_;
   daemon::Metrics& metrics_;
   std::string instance_;
-  ManagerHooks hooks_;
+  const Clock& clock_;
   RobotPolicy robot_policy_;
 
   std::unique_ptr<kube::Informer> robots_, secrets_, jobs_, groups_, tasks_;
@@ -175,7 +155,7 @@ class Manager {
   // (client-go's "expectations"): never created twice from a stale cache.
   // An entry older than kExpectationTimeout is forgotten (client-go's 5
   // minutes): a Task deleted before the cache ever showed it is made again.
-  std::map<std::string, std::chrono::steady_clock::time_point> expected_;
+  std::map<std::string, SteadyTime> expected_;
   static constexpr std::chrono::minutes kExpectationTimeout{5};
   // Tasks this manager set dispatching that the cache has not shown so yet.
   std::set<std::string> dispatch_expected_;

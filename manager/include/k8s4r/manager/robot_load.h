@@ -9,6 +9,7 @@
 #pragma once
 
 #include "k8s4r/manager/placement.h"
+#include "k8s4r/manager/templates.h"
 
 #include <nlohmann/json.hpp>
 
@@ -57,8 +58,5 @@ class RobotLoad {
   std::map<std::string, Entry> claims_;  // by Task namespace/name
   std::map<std::string, Usage> usage_;   // by Robot namespace/name
 };
-
-// "namespace/name" of an object.
-std::string key_of(const nlohmann::json& object);
 
 }  // namespace k8s4r::manager

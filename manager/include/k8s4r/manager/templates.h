@@ -58,6 +58,9 @@ Result<std::vector<nlohmann::json>> replica_tasks(const nlohmann::json& task_gro
 // without making them all.
 Result<void> check_task_group(const nlohmann::json& task_group);
 
+// "namespace/name" of an object.
+std::string key_of(const nlohmann::json& object);
+
 // The Tasks a TaskGroup asks for, replica by replica (spec.count of them).
 Result<std::vector<nlohmann::json>> tasks_of(const nlohmann::json& task_group);
 

@@ -27,6 +27,8 @@
 
 #include "k8s4r/kube/client.h"
 
+#include "k8s4r/common/clock.h"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -57,7 +59,8 @@ ClientConfig lease_client_config(ClientConfig base, std::chrono::nanoseconds ret
 
 class LeaderElector {
  public:
-  LeaderElector(Client& client, LeaderElectionConfig config);
+  // Times (renew deadline, lease expiry, the Lease's own times) come from `clock`.
+  LeaderElector(Client& client, LeaderElectionConfig config, const Clock& clock = real_clock());
   ~LeaderElector();
   LeaderElector(const LeaderElector&) = delete;
   LeaderElector& operator=(const LeaderElector&) = delete;
@@ -80,12 +83,13 @@ class LeaderElector {
 
   Client& client_;
   LeaderElectionConfig config_;
+  const Clock& clock_;
   std::atomic<bool> leading_{false}, stopping_{false};
   std::atomic<std::uint64_t> failed_renewals_{0};
   // What this candidate last saw of the Lease, and when (monotonic).
   std::string observed_record_, observed_version_, observed_holder_;
-  std::chrono::steady_clock::time_point observed_at_{};
-  std::chrono::steady_clock::time_point last_renewed_{}, acquired_at_{};
+  SteadyTime observed_at_{};
+  SteadyTime last_renewed_{}, acquired_at_{};
   std::mutex mutex_;
   std::condition_variable wake_;
   std::thread thread_;

@@ -11,8 +11,13 @@
 // of failed writes does not retry in lockstep; forget() clears the count
 // once the key's work succeeds.
 //
+// Time is the Clock's it was given (real_clock() in a daemon, a
+// ManualClock in tests, which move it instead of waiting for delays).
+//
 // Threading: every method may be called from any thread; get() blocks.
 #pragma once
+
+#include "k8s4r/common/clock.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -46,6 +51,7 @@ std::chrono::milliseconds backoff_delay(int failures, const WorkQueueOptions& op
 struct WorkQueueMetrics {
   std::uint64_t adds = 0, retries = 0, processed = 0;
   std::size_t depth = 0;        // keys waiting now (ready or delayed)
+  std::size_t delayed = 0;      // of those, keys whose delay (or backoff) has not passed yet
   std::size_t in_progress = 0;  // keys a worker holds now
   // Time from a key's first add to a worker taking it, summed over processed keys.
   std::chrono::nanoseconds wait_total{0};
@@ -54,16 +60,14 @@ struct WorkQueueMetrics {
 
 class WorkQueue {
  public:
-  using Clock = std::chrono::steady_clock;
-
-  explicit WorkQueue(WorkQueueOptions options = {});
+  explicit WorkQueue(WorkQueueOptions options = {}, const Clock& clock = real_clock());
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
   void add(const std::string& key);
   // Adds `key` once `delay` has passed (at once for a delay of 0); an earlier
   // pending time for the same key wins.
-  void add_after(const std::string& key, Clock::duration delay);
+  void add_after(const std::string& key, std::chrono::nanoseconds delay);
   // After the key's backoff; counts a failure.
   void add_rate_limited(const std::string& key);
   void forget(const std::string& key);
@@ -81,19 +85,20 @@ class WorkQueue {
   WorkQueueMetrics metrics() const;
 
  private:
-  void enqueue_locked(const std::string& key, Clock::time_point now);
-  void promote_due_locked(Clock::time_point now);
+  void enqueue_locked(const std::string& key, SteadyTime now);
+  void promote_due_locked(SteadyTime now);
 
   WorkQueueOptions options_;
+  const Clock& clock_;
   mutable std::mutex mutex_;
   std::condition_variable ready_changed_;
   std::deque<std::string> urgent_, ready_;
   std::set<std::string> queued_;      // in urgent_ or ready_
   std::set<std::string> processing_;  // held by a worker
   std::set<std::string> dirty_;       // added while processing: re-queued by done()
-  std::map<std::string, Clock::time_point> first_added_;
-  std::multimap<Clock::time_point, std::string> delayed_;
-  std::map<std::string, Clock::time_point> delayed_at_;  // key -> its time in delayed_
+  std::map<std::string, SteadyTime> first_added_;
+  std::multimap<SteadyTime, std::string> delayed_;
+  std::map<std::string, SteadyTime> delayed_at_;  // key -> its time in delayed_
   std::map<std::string, int> failures_;
   std::mt19937_64 random_{std::random_device{}()};
   bool shutting_down_ = false;

@@ -1,0 +1,91 @@
+// The agent's side of its MQTT session: connect (again after a loss, with a
+// jittered backoff up to kMaxReconnectBackoff), subscribe to this robot's
+// topics, announce presence (retained; the broker publishes the last will
+// when the agent dies), register until the bridge answers (with backoff up
+// to kMaxRegisterBackoff), and heartbeat every heartbeat-interval. What a
+// register and a heartbeat say of the robot's tasks and storage comes from
+// the agent (RobotReport).
+//
+// Threading: the agent's loop thread only; the link's events are posted to
+// the loop by the agent.
+#pragma once
+
+#include "k8s4r/agent/config.h"
+#include "k8s4r/common/messages.h"
+#include "k8s4r/daemon/event_loop.h"
+#include "k8s4r/mqtt/link.h"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace k8s4r::agent {
+
+// What the robot tells the bridge about itself, read at each register and heartbeat.
+struct RobotReport {
+  std::function<std::vector<RunningTask>()> held_tasks;     // register's runningTasks
+  std::function<std::vector<std::string>()> running_tasks;  // heartbeat's runningTasks
+  std::function<std::optional<StorageError>()> storage_error;
+};
+
+struct SessionListener {
+  std::function<void()> up;    // connected; subscriptions asked for
+  std::function<void()> down;  // the connection is gone
+  std::function<void()> registered;
+  std::function<void(const std::string& payload)> dispatch;
+  std::function<void(const std::string&)> notify;  // sd_notify
+};
+
+class Session {
+ public:
+  static constexpr std::chrono::seconds kMaxReconnectBackoff{30};
+  static constexpr std::chrono::seconds kMaxRegisterBackoff{60};
+
+  Session(const AgentConfig& config, daemon::EventLoop& loop, mqtt::Link& link, RobotReport report,
+          SessionListener listener);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  void connect();
+  // Link events, on the loop.
+  void on_connected();
+  void on_connect_failed(const std::string& cause);
+  void on_connection_lost(const std::string& cause);
+  void on_message(const std::string& topic, const std::string& payload);
+
+  // Tells the bridge at once (heartbeat and presence) that storage changed.
+  void tell_storage_state();
+  // No more reconnects, registers or heartbeats.
+  void stop();
+  // Publishes presence offline (retained), then `done` on the loop.
+  void say_offline(std::function<void()> done);
+
+  bool connected() const { return connected_; }
+
+ private:
+  void subscribe();
+  void schedule_reconnect();
+  void publish_presence(bool online, mqtt::Completion done);
+  void send_register();
+  void send_heartbeat();
+  void on_register_response(const std::string& payload);
+  std::chrono::milliseconds next_backoff(std::chrono::milliseconds& backoff, std::chrono::milliseconds first,
+                                         std::chrono::milliseconds cap);
+
+  const AgentConfig& config_;
+  daemon::EventLoop& loop_;
+  mqtt::Link& link_;
+  RobotReport report_;
+  SessionListener listener_;
+  bool connected_ = false, registered_ = false, stopped_ = false, ready_notified_ = false;
+  std::uint64_t generation_ = 0;  // counts connections; stale completions are ignored
+  std::chrono::milliseconds reconnect_backoff_{0}, register_backoff_{0};
+  daemon::EventLoop::TimerId reconnect_timer_ = 0, register_timer_ = 0, heartbeat_timer_ = 0;
+  Timestamp connected_at_{};
+};
+
+}  // namespace k8s4r::agent

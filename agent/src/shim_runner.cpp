@@ -1,0 +1,270 @@
+// The real TaskRunner: every run under k8s4r-task-shim (a spare kept ready so
+// a start need not wait for the shim's own exec), in a cgroup of its own when
+// task cgroups are on, watched by the one Monitor thread. The shim records how
+// its task ended in WORK_DIR/exits/<uid>.<run>.json, so a run that ends while
+// no agent watches it is still reported with its true exit code.
+#include "k8s4r/agent/task_runner.h"
+
+#include "k8s4r/agent/spare_shims.h"
+#include "k8s4r/agent/task_cgroups.h"
+#include "k8s4r/common/files.h"
+#include "k8s4r/shim/protocol.h"
+
+#include <spdlog/spdlog.h>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+
+namespace k8s4r::agent {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+class ShimRunner final : public TaskRunner {
+ public:
+  ShimRunner(const AgentConfig& config, RunnerEvents events) : work_dir_(config.work_dir), events_(std::move(events)) {
+    set_up_containment(config);
+    monitor_ =
+        std::make_unique<Monitor>(MonitorCallbacks{[this](const TaskExit& exit) { on_exit(exit); }, events_.signalled});
+    prepare_spare();  // so the first task need not start one
+  }
+  ~ShimRunner() override {
+    monitor_.reset();
+    // Empty once every task ended; what still runs keeps it for the next start.
+    if (cgroups_) ::rmdir(cgroups_->parent().c_str());
+  }
+
+  void start(RunRequest request) override {
+    ShimSpec shim;
+    shim.path = shim_path_;
+    shim.spares = spares_.get();
+    // One record per run: a run's record may still wait for the commit that
+    // makes its end durable when the next run starts.
+    shim.exit_file = exits_dir_ + "/" + request.task_uid + "." + std::to_string(request.run) + ".json";
+    ::unlink(shim.exit_file.c_str());
+    Result<TaskProcess> process = Error{"command", "not started"};
+    if (cgroups_) {
+      auto cgroup = cgroups_->create(request.task_uid);
+      if (!cgroup) {
+        events_.started(request.task_uid, cgroup.error());
+        return;
+      }
+      shim.cgroup = cgroup.value();
+    }
+    {
+      std::lock_guard lock(order_mutex_);
+      starting_.insert(request.task_uid);
+    }
+    process = monitor_->launch(request.task_uid, request.process, shim, request.timeout, request.kill_timeout);
+    if (!process && cgroups_) static_cast<void>(cgroups_->destroy(request.task_uid, 1s));
+    events_.started(request.task_uid, std::move(process));
+    std::optional<TaskExit> early;
+    {
+      std::lock_guard lock(order_mutex_);
+      starting_.erase(request.task_uid);
+      if (auto found = early_exits_.find(request.task_uid); found != early_exits_.end()) {
+        early = std::move(found->second);
+        early_exits_.erase(found);
+      }
+    }
+    if (early) events_.exited(*early);
+    prepare_spare();  // the next task's shim
+  }
+
+  Result<void> adopt(const std::string& task_uid, const TaskProcess& processes, SteadyTime started,
+                     std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout) override {
+    return monitor_->adopt(task_uid, processes, started, timeout, kill_timeout);
+  }
+
+  bool still_runs(const TaskProcess& processes) override {
+    return processes.pid > 0 && same_process_running(processes.pid, processes.start);
+  }
+
+  void kill_unwatched(const TaskProcess& processes) override {
+    kill_remains(processes);
+    if (!processes.exit_file.empty()) ::kill(processes.pid, SIGKILL);
+  }
+
+  TaskExit ended_unwatched(const std::string& task_uid, const TaskProcess& processes) override {
+    TaskExit exit;
+    exit.task_uid = task_uid;
+    exit.exited_at = std::chrono::steady_clock::now();
+    if (processes.exit_file.empty()) {
+      // An agent before shims started it: not our child, its status is lost.
+      exit.status_known = false;
+      exit.unknown_why =
+          "the agent restarted and the task's process (pid " + std::to_string(processes.pid) + ") had ended meanwhile";
+      return exit;
+    }
+    const auto text = read_file(processes.exit_file);
+    auto record = text ? shim::parse_exit_record(text.value()) : Result<shim::ExitRecord>(text.error());
+    if (record) {
+      exit.status = ExitStatus{record.value().exit_code, record.value().signal};
+      exit.leftovers = record.value().leftovers;
+      spdlog::info("task {}: ended while the agent was away ({})", task_uid, describe_exit(exit.status));
+      return exit;
+    }
+    // The shim is gone and said nothing: killed, or the machine went down.
+    kill_remains(processes);
+    exit.status_known = false;
+    exit.unknown_why = "its shim (pid " + std::to_string(processes.pid) + ") ended while the agent was away " +
+                       "without recording it (" + processes.exit_file + ": " + record.error().to_string() + ")";
+    return exit;
+  }
+
+  bool stop(const std::string& task_uid, StopReason reason) override { return monitor_->stop_task(task_uid, reason); }
+
+  void sweep(const std::vector<TaskProcess>& keep) override {
+    kill_orphans(keep);
+    std::set<std::string> needed;
+    for (const TaskProcess& process : keep) {
+      if (!process.exit_file.empty()) needed.insert(process.exit_file);
+    }
+    std::error_code error;
+    for (const auto& item : fs::directory_iterator(exits_dir_, error)) {
+      if (!needed.count(item.path().string())) fs::remove(item.path(), error);
+    }
+  }
+
+  void forget_record(const TaskProcess& processes) override {
+    if (!processes.exit_file.empty()) ::unlink(processes.exit_file.c_str());
+  }
+
+ private:
+  // From the monitor thread. A run that ends before start() has said it
+  // started (a task that exits at once) is held back until it has.
+  void on_exit(const TaskExit& exit) {
+    {
+      std::lock_guard lock(order_mutex_);
+      if (starting_.count(exit.task_uid)) {
+        early_exits_[exit.task_uid] = exit;
+        return;
+      }
+    }
+    events_.exited(exit);
+  }
+
+  void prepare_spare() {
+    if (auto ready = spares_->prepare(); !ready) {
+      // The next task starts one itself, and says so if that fails too.
+      spdlog::warn("cannot keep a task shim ready: {}", ready.error().message);
+    }
+  }
+
+  void set_up_containment(const AgentConfig& config) {
+    exits_dir_ = (fs::path(work_dir_) / "exits").string();
+    std::error_code error;
+    fs::create_directories(exits_dir_, error);
+    if (error || ::chmod(exits_dir_.c_str(), 0700) != 0) {
+      throw std::runtime_error("cannot make " + exits_dir_ + ": " + (error ? error.message() : std::strerror(errno)));
+    }
+    shim_path_ = config.task_shim;
+    if (shim_path_.empty()) {
+      shim_path_ = (fs::read_symlink("/proc/self/exe", error).parent_path() / "k8s4r-task-shim").string();
+    }
+    if (::access(shim_path_.c_str(), X_OK) != 0) {
+      throw std::runtime_error("the task shim " + shim_path_ + " is missing or not executable (" +
+                               std::strerror(errno) +
+                               "): install k8s4r-task-shim next to k8s4r-agent, or set task-shim");
+    }
+    spares_ = std::make_unique<SpareShims>(shim_path_);
+    if (config.task_cgroups == "off") {
+      spdlog::info("task-cgroups is off: tasks are contained by process group and their shim only");
+      return;
+    }
+    auto parent = config.cgroup_parent.empty() ? TaskCgroups::default_parent(config.work_dir)
+                                               : Result<std::string>(config.cgroup_parent);
+    auto cgroups = parent ? TaskCgroups::open(parent.value()) : Result<TaskCgroups>(parent.error());
+    if (!cgroups) {
+      if (config.task_cgroups == "on") throw std::runtime_error("task-cgroups is on, but " + cgroups.error().message);
+      spdlog::warn(
+          "tasks get no cgroup ({}); a process a task starts in a new session outlives the task unless it "
+          "stays below the task's shim. Under systemd, give the unit Delegate=yes",
+          cgroups.error().message);
+      return;
+    }
+    cgroups_.emplace(std::move(cgroups).value());
+    spdlog::info("each task runs in a cgroup of its own in {}", cgroups_->parent());
+  }
+
+  void kill_orphans(const std::vector<TaskProcess>& keep) {
+    // What an earlier run of the agent left and no task it holds accounts for
+    // (a leader that died, a task spawned just before a crash, a process that
+    // left its task's process group) must not run on.
+    std::set<std::string> running_cgroups;
+    std::set<pid_t> ours;
+    for (const TaskProcess& process : keep) {
+      if (process.pid <= 0) continue;
+      ours.insert(process.pid);
+      ours.insert(process.pgid);
+      if (!process.cgroup.empty()) running_cgroups.insert(process.cgroup);
+    }
+    if (cgroups_) {
+      // Found by cgroup: nothing a task does to itself hides it from this.
+      for (const std::string& name : cgroups_->list()) {
+        if (running_cgroups.count(cgroups_->path_of(name))) continue;
+        spdlog::warn("killing what is left in cgroup {} (task {}): left behind by an earlier run of the agent",
+                     cgroups_->path_of(name), name);
+        if (auto destroyed = cgroups_->destroy(name, 2s); !destroyed) spdlog::error("{}", destroyed.error().message);
+      }
+    }
+    // Found by the mark in the environment: tasks of an agent that ran without
+    // cgroups. (Shims carry no mark: started as spares, before their task was
+    // known. A shim whose task is killed here records its end and exits.)
+    const std::string mark = "K8S4R_AGENT_WORK_DIR=" + work_dir_;
+    DIR* proc = opendir("/proc");
+    if (!proc) return;
+    while (dirent* item = readdir(proc)) {
+      char* end = nullptr;
+      const long pid = std::strtol(item->d_name, &end, 10);
+      if (*end != '\0' || pid <= 0 || pid == getpid()) continue;
+      const auto read = read_file("/proc/" + std::string(item->d_name) + "/environ");
+      const std::string variables = read ? read.value() : std::string();
+      bool marked = false;
+      std::string task_uid;
+      for (std::size_t start = 0; start < variables.size();) {
+        std::size_t stop = variables.find('\0', start);
+        if (stop == std::string::npos) stop = variables.size();
+        const std::string_view variable(variables.data() + start, stop - start);
+        if (variable == mark) marked = true;
+        if (variable.rfind("K8S4R_TASK_UID=", 0) == 0) task_uid = std::string(variable.substr(15));
+        start = stop + 1;
+      }
+      if (!marked) continue;
+      const pid_t group = getpgid(static_cast<pid_t>(pid));
+      if (ours.count(group) || ours.count(static_cast<pid_t>(pid))) continue;  // part of a task we watch again
+      if (cgroups_ && cgroups_->holds(static_cast<int>(pid))) continue;        // the sweep above decided
+      spdlog::warn("killing pid {} (task {}): left behind by an earlier run of the agent", pid, task_uid);
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+    }
+    closedir(proc);
+  }
+
+  std::string work_dir_;
+  RunnerEvents events_;
+  std::string shim_path_;
+  std::string exits_dir_;               // WORK_DIR/exits (0700): the shims' exit records
+  std::optional<TaskCgroups> cgroups_;  // unset: tasks are contained by process group and their shim only
+  std::unique_ptr<SpareShims> spares_;  // one shim kept ready
+  std::mutex order_mutex_;
+  std::set<std::string> starting_;               // runs whose start has not been told yet
+  std::map<std::string, TaskExit> early_exits_;  // and their exits, if they ended meanwhile
+  std::unique_ptr<Monitor> monitor_;
+};
+
+}  // namespace
+
+std::unique_ptr<TaskRunner> make_shim_runner(const AgentConfig& config, RunnerEvents events) {
+  return std::make_unique<ShimRunner>(config, std::move(events));
+}
+
+}  // namespace k8s4r::agent

@@ -1,0 +1,332 @@
+#include "task_lifecycle.h"
+
+#include "k8s4r/agent/task_logs.h"
+#include "k8s4r/common/duration.h"
+#include "task_user.h"
+
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstring>
+
+namespace k8s4r::agent {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+TaskStatus failure(std::string reason, std::string event, std::string message) {
+  TaskStatus status;
+  status.state = TaskRunState::failed;
+  status.reason = std::move(reason);
+  status.event = std::move(event);
+  status.message = std::move(message);
+  return status;
+}
+
+}  // namespace
+
+TaskLifecycle::TaskLifecycle(const AgentConfig& config, TaskTable& tasks, StateStore& store, Durability& durability,
+                             ReportSender& reports, TaskRunner& runner, ArtifactWorker& artifacts, WorkDir& work_dir,
+                             const RunClock& run_clock, daemon::EventLoop& loop)
+    : config_(config),
+      tasks_(tasks),
+      store_(store),
+      durability_(durability),
+      reports_(reports),
+      runner_(runner),
+      artifacts_(artifacts),
+      work_dir_(work_dir),
+      run_clock_(run_clock),
+      loop_(loop) {}
+
+TaskLifecycle::~TaskLifecycle() {
+  for (auto& [uid, task] : tasks_) loop_.cancel(task.restart_timer);
+}
+
+void TaskLifecycle::refuse_unreadable(const std::string& uid, const std::string& why) {
+  AgentTask& task = tasks_[uid];
+  task.uid = uid;
+  finish(task, failure("InvalidTask", "Refused", why));
+}
+
+void TaskLifecycle::create(const Dispatch& dispatch) {
+  const std::string& uid = dispatch.task.metadata.uid;
+  AgentTask& task = tasks_[uid];
+  task.uid = uid;
+  task.name = dispatch.task.metadata.name;
+  task.spec = *dispatch.task.spec;
+  task.dispatch = to_json_value(dispatch);
+  task.restarts = RestartTracker(task.spec.restart_policy);
+
+  auto refuse = [&](const std::string& reason, const std::string& message) {
+    spdlog::warn("task {}: {}: {}", uid, reason, message);
+    finish(task, failure(reason, "Refused", message));
+  };
+  if (shutting_down_) return refuse("AgentShutdown", "the agent is shutting down");
+  if (!task.spec.target_robot.empty() && task.spec.target_robot != config_.robot_id) {
+    return refuse("InvalidTask", "spec.targetRobot is " + task.spec.target_robot + ", not this robot");
+  }
+  if (task.spec.driver != TaskDriver::exec && task.spec.driver != TaskDriver::raw_exec) {
+    return refuse("UnsupportedDriver",
+                  "driver " + std::string(to_string(task.spec.driver)) + " is not supported; use exec or raw_exec");
+  }
+  auto user = user_of(task.spec, config_);
+  if (!user) return refuse("InvalidTask", user.error().message);
+  task.run_as = user.value().run_as;
+  if (user.value().uid == 0 && !config_.allow_root_tasks) {
+    return refuse("InvalidTask",
+                  "this robot runs no task as root (allow-root-tasks is false); set spec.user to another user");
+  }
+  if (auto failed = work_dir_.make_task_dir(uid)) return refuse("StartFailed", *failed);
+  // Nothing starts before the agent's memory of it is durable: a restart
+  // must know the task, or a dispatch sent again would run it twice.
+  store_.accept(uid, task.dispatch);
+  task.phase = Phase::accepted;
+  awaiting_commit_.push_back(uid);
+  durability_.request();
+  spdlog::info("task {} ({}): accepted", uid, task.name);
+}
+
+void TaskLifecycle::on_committed(const Result<void>& outcome) {
+  if (outcome) {
+    for (const TaskProcess& processes : records_to_forget_) runner_.forget_record(processes);
+    records_to_forget_.clear();
+  }
+  const auto waiting = std::move(awaiting_commit_);
+  awaiting_commit_.clear();
+  for (const std::string& uid : waiting) {
+    auto found = tasks_.find(uid);
+    if (found == tasks_.end() || found->second.phase != Phase::accepted) continue;
+    if (outcome) {
+      begin(found->second);
+      continue;
+    }
+    const std::string reason = store_.out_of_space() ? "StorageFull" : "StorageError";
+    spdlog::warn("task {}: not started: {}", uid, outcome.error().message);
+    finish(found->second, failure(reason, "Refused",
+                                  "not started: the agent cannot store its state (" + outcome.error().message + ")"));
+  }
+}
+
+bool TaskLifecycle::hand_over(AgentTask& task) {
+  if (!task.run_as) return true;
+  if (work_dir_.hand_over(task.uid, task.run_as->uid, task.run_as->gid)) return true;
+  finish(task, failure("StartFailed", "StartFailed", "cannot give the task directory to " + task.run_as->name));
+  return false;
+}
+
+void TaskLifecycle::begin(AgentTask& task) {
+  if (task.spec.artifacts.empty()) {
+    if (hand_over(task)) start_run(task);
+    return;
+  }
+  task.phase = Phase::fetching;
+  std::optional<ReadAs> read_as;
+  if (task.run_as) read_as = ReadAs{task.run_as->uid, task.run_as->gid};
+  const std::string uid = task.uid;
+  artifacts_.fetch(task.spec.artifacts, work_dir_.task_dir(uid), read_as, [this, uid](Result<void> outcome) {
+    loop_.post([this, uid, outcome = std::move(outcome)]() mutable { on_artifacts(uid, std::move(outcome)); });
+  });
+}
+
+void TaskLifecycle::on_artifacts(const std::string& uid, Result<void> outcome) {
+  auto found = tasks_.find(uid);
+  if (found == tasks_.end() || found->second.phase != Phase::fetching) return;
+  AgentTask& task = found->second;
+  if (!outcome) {
+    spdlog::warn("task {}: artifact download failed: {}", uid, outcome.error().message);
+    return finish(task, failure("DownloadFailed", "DownloadFailed", outcome.error().message));
+  }
+  // Downloaded by root; the task's user must be able to read and replace them.
+  if (hand_over(task)) start_run(task);
+}
+
+void TaskLifecycle::start_run(AgentTask& task) {
+  task.phase = Phase::starting;
+  RunRequest request;
+  request.task_uid = task.uid;
+  request.process = process_spec(task, config_, work_dir_);
+  request.run = task.restart_count();
+  request.timeout = task.spec.timeout;
+  request.kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);
+  runner_.start(std::move(request));
+}
+
+void TaskLifecycle::on_started(const std::string& uid, Result<TaskProcess> processes) {
+  auto found = tasks_.find(uid);
+  if (found == tasks_.end() || found->second.phase != Phase::starting) return;
+  AgentTask& task = found->second;
+  if (!processes) {
+    spdlog::warn("task {}: cannot start: {}", uid, processes.error().message);
+    const std::string& field = processes.error().field;
+    const bool storage = field == "StorageFull" || field == "StorageError";
+    return finish(
+        task, failure(storage ? field : "StartFailed", storage ? "Refused" : "StartFailed", processes.error().message));
+  }
+  task.phase = Phase::running;
+  task.process = processes.value();
+  store_.set_process(uid, task.process);
+  task.started_at = loop_.clock().wall();
+  spdlog::info("task {}: started pid {} (shim pid {}{})", uid, task.process.pgid, task.process.pid,
+               task.process.cgroup.empty() ? "" : ", cgroup " + task.process.cgroup);
+  TaskStatus status;
+  status.state = TaskRunState::running;
+  status.event = "Started";
+  status.started_at = task.started_at;
+  status.message = "started " + task.spec.exec_config->command;
+  reports_.report(task, status);
+  // Stopped while it was starting: now that it runs, the stop reaches it.
+  if (task.stop_requested) runner_.stop(uid, *task.stop_requested);
+}
+
+void TaskLifecycle::stop(AgentTask& task, StopReason reason) {
+  switch (task.phase) {
+    case Phase::running:
+      // Remembered here too: the process may already have exited, with its
+      // exit on the way to the loop, and must then not be restarted.
+      if (!task.stop_requested) task.stop_requested = reason;
+      runner_.stop(task.uid, reason);
+      break;
+    case Phase::starting:
+      // Stopped once the runner says it runs (on_started).
+      if (!task.stop_requested) task.stop_requested = reason;
+      break;
+    case Phase::accepted:
+    case Phase::fetching:
+      // A download runs on; its result is ignored, and nothing starts.
+      finish(task, failure(to_string(reason), "Stopped", "stopped before it started"));
+      break;
+    case Phase::waiting_restart: {
+      loop_.cancel(task.restart_timer);
+      task.restart_timer = 0;
+      TaskStatus status = task.last_report.value_or(TaskStatus{});
+      status.state = TaskRunState::failed;
+      status.reason = to_string(reason);
+      status.event = "Stopped";
+      status.message = "stopped while waiting to restart";
+      finish(task, status);
+      break;
+    }
+    case Phase::finished:
+      break;
+  }
+}
+
+void TaskLifecycle::on_exit(const TaskExit& exit) {
+  auto found = tasks_.find(exit.task_uid);
+  if (found == tasks_.end()) return;
+  AgentTask& task = found->second;
+  records_to_forget_.push_back(task.process);
+  task.process = TaskProcess{};
+  if (!exit.status_known) {
+    // An agent before shims started it; or its shim was killed.
+    const bool adopted = exit.unknown_why == "adopted";
+    TaskStatus status = failure(exit.stopped_by ? to_string(*exit.stopped_by)
+                                : adopted       ? "AgentRestarted"
+                                                : "ExitUnknown",
+                                "Exited",
+                                adopted ? "ran on across an agent restart and ended; its exit code is unknown, since "
+                                          "the restarted agent is not its parent"
+                                        : "ended, and its exit code is unknown: " + exit.unknown_why);
+    status.finished_at = loop_.clock().wall();
+    status.logs_tail = work_dir_.logs_tail(task.uid);
+    spdlog::warn("task {}: {}", task.uid, status.message);
+    return finish(task, status);
+  }
+  if (exit.leftovers > 0) {
+    spdlog::info("task {}: {} process(es) it left behind were killed when it ended", task.uid, exit.leftovers);
+  }
+
+  TaskStatus status;
+  status.finished_at = loop_.clock().wall();
+  status.exit_code = exit.status.exit_code;
+  if (exit.status.signal != 0) status.signal = exit.status.signal;
+  const std::optional<StopReason> stopped_by = exit.stopped_by ? exit.stopped_by : task.stop_requested;
+  const RestartDecision decision = task.restarts.on_exit(exit.exited_at, exit.status, stopped_by);
+  status.event = exit.status.signal == SIGKILL ? "Killed" : exit.status.signal != 0 ? "Terminated" : "Exited";
+  status.message = decision.message;
+  const auto kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);
+  if (stopped_by == StopReason::timeout && task.spec.timeout) {
+    status.message =
+        exit.status.signal == SIGKILL
+            ? "did not stop " + format_go_duration(kill_timeout) + " after SIGTERM at its " +
+                  format_go_duration(*task.spec.timeout) + " timeout; killed"
+            : "stopped at its " + format_go_duration(*task.spec.timeout) + " timeout, " + describe_exit(exit.status);
+  } else if (stopped_by) {
+    status.message = "stopped (" + to_string(*stopped_by) + "), " + describe_exit(exit.status);
+  }
+
+  switch (decision.kind) {
+    case RestartDecision::Kind::complete:
+      status.state = TaskRunState::completed;
+      break;
+    case RestartDecision::Kind::fail:
+      status.state = TaskRunState::failed;
+      status.reason = decision.reason;
+      break;
+    case RestartDecision::Kind::restart: {
+      status.state = TaskRunState::running;
+      status.event = "Restarting";
+      task.phase = Phase::waiting_restart;
+      store_.set_process(task.uid, TaskProcess{});
+      reports_.report(task, status);
+      const std::string uid = task.uid;
+      task.restart_timer = loop_.after(decision.delay, [this, uid] {
+        auto again = tasks_.find(uid);
+        if (again == tasks_.end() || again->second.phase != Phase::waiting_restart) return;
+        again->second.restart_timer = 0;
+        start_run(again->second);
+      });
+      return;
+    }
+  }
+  status.logs_tail = work_dir_.logs_tail(task.uid);
+  spdlog::info("task {}: {} ({})", task.uid, to_string(status.state), status.message);
+  finish(task, status);
+}
+
+void TaskLifecycle::report_again(AgentTask& task) {
+  if (task.last_report) reports_.report(task, *task.last_report);
+}
+
+void TaskLifecycle::finish(AgentTask& task, TaskStatus status) {
+  task.phase = Phase::finished;
+  task.finished_order = ++last_finished_order_;
+  task.process = TaskProcess{};
+  store_.finish(task.uid, task.finished_order, run_clock_.now());
+  reports_.report(task, std::move(status));
+  // Only the report is needed from now on; a dispatch can be 256 KiB.
+  task.dispatch = nullptr;
+  task.spec = TaskSpec{};
+  if (on_finished) on_finished(task);
+}
+
+void TaskLifecycle::cap_logs() {
+  for (const auto& [uid, task] : tasks_) {
+    if (task.phase != Phase::running) continue;
+    for (const std::string& path : {work_dir_.stdout_of(uid), work_dir_.stderr_of(uid)}) {
+      if (cap_log(path, config_.max_log_bytes)) {
+        spdlog::info("task {}: {} rotated at {} bytes", uid, path, config_.max_log_bytes);
+      }
+    }
+  }
+}
+
+bool TaskLifecycle::all_finished() const {
+  for (const auto& [uid, task] : tasks_) {
+    if (task.active()) return false;
+  }
+  return true;
+}
+
+void TaskLifecycle::stop_all() {
+  shutting_down_ = true;
+  std::vector<std::string> active;
+  for (auto& [uid, task] : tasks_) {
+    if (task.active()) active.push_back(uid);
+  }
+  for (const std::string& uid : active) stop(tasks_.at(uid), StopReason::shutdown);
+}
+
+}  // namespace k8s4r::agent

@@ -1,0 +1,333 @@
+#include "k8s4r/manager/plan_group.h"
+
+#include "k8s4r/common/duration.h"
+#include "k8s4r/crd/resources.h"
+#include "k8s4r/manager/reschedule.h"
+#include "k8s4r/manager/status_rollup.h"
+#include "k8s4r/manager/templates.h"
+
+#include <algorithm>
+
+namespace k8s4r::manager {
+
+using nlohmann::json;
+using std::chrono::nanoseconds;
+
+namespace {
+
+int attempt_of(const json& task) {
+  const std::string text = crd::string_at(task, {"metadata", "labels", kAttemptLabel});
+  if (text.empty() || text.size() > 6 || !std::all_of(text.begin(), text.end(), ::isdigit)) return 0;
+  return std::stoi(text);
+}
+
+// to - from, saturating: resource times span the years 1678 to 2262, whose
+// distance does not fit in 64-bit nanoseconds. Never negative.
+nanoseconds elapsed(Timestamp from, Timestamp to) {
+  if (to <= from) return nanoseconds(0);
+  std::int64_t out = 0;
+  if (__builtin_sub_overflow(to.time_since_epoch().count(), from.time_since_epoch().count(), &out))
+    return nanoseconds::max();
+  return nanoseconds(out);
+}
+
+// time + delay, saturating (a user's "2000000h" must not wrap around).
+Timestamp later_by(Timestamp time, nanoseconds delay) {
+  std::int64_t out = 0;
+  if (__builtin_add_overflow(time.time_since_epoch().count(), delay.count(), &out)) return Timestamp::max();
+  return Timestamp(nanoseconds(out));
+}
+
+bool lists(const json& robot, const std::string& uid) {
+  for (const json& running : crd::value_at(robot, {"status", "runningTasks"})) {
+    if (running.is_string() && running.get<std::string>() == uid) return true;
+  }
+  return false;
+}
+
+void requeue(GroupPlan& plan, nanoseconds delay) {
+  if (!plan.requeue_after || delay < *plan.requeue_after) plan.requeue_after = delay;
+}
+
+// One slot of the group (a replica's task) and its Tasks, oldest attempt first.
+struct Slot {
+  std::string replica, task;
+  std::vector<const json*> attempts;
+};
+
+std::map<std::string, std::vector<Slot>> slots_by_replica(const std::vector<json>& tasks) {
+  std::map<std::pair<std::string, std::string>, Slot> slots;
+  for (const json& task : tasks) {
+    const std::string replica = crd::string_at(task, {"metadata", "labels", "replica"});
+    const std::string name = crd::string_at(task, {"metadata", "labels", "task"});
+    Slot& slot = slots[{replica, name}];
+    slot.replica = replica;
+    slot.task = name;
+    slot.attempts.push_back(&task);
+  }
+  std::map<std::string, std::vector<Slot>> out;
+  for (auto& [key, slot] : slots) {
+    std::sort(slot.attempts.begin(), slot.attempts.end(),
+              [](const json* a, const json* b) { return attempt_of(*a) < attempt_of(*b); });
+    out[slot.replica].push_back(std::move(slot));
+  }
+  return out;
+}
+
+// Why a Task not yet ended is lost, or none (then perhaps a time to look again).
+std::optional<std::string> lost_reason(const GroupView& view, const json& task, GroupPlan& plan) {
+  const crd::TaskView t = crd::read_task(task);
+  if (t.target_robot.empty()) return std::nullopt;
+  const auto found = view.robots.find(t.target_robot);
+  if (found == view.robots.end()) return "its robot " + t.target_robot + " no longer exists";
+  const json& robot = found->second;
+  const auto phase = crd::read_robot(robot).phase;
+  if (phase == crd::RobotPhase::offline) {
+    return "its robot " + t.target_robot + " went Offline (" + crd::string_at(robot, {"status", "message"}) + ")";
+  }
+  if (phase == crd::RobotPhase::rejected) return "its robot " + t.target_robot + " was rejected";
+  if (t.state == crd::TaskState::running) {
+    // Running, as the robot last reported; lost once the robot's own list of
+    // running tasks has left it out for the grace (a list only our agent
+    // sends: Go K8s4r agents send none, and are never judged by it).
+    const json& listed = crd::value_at(robot, {"status", "runningTasks"});
+    const auto heartbeat = crd::timestamp_at(robot, {"status", "lastHeartbeatTime"});
+    if (!listed.is_array() || !heartbeat || lists(robot, t.uid)) {
+      if (view.missing_since.count(t.uid)) plan.missing_since[t.uid] = std::nullopt;
+      return std::nullopt;
+    }
+    Timestamp first = *heartbeat;
+    if (auto since = view.missing_since.find(t.uid); since != view.missing_since.end()) {
+      first = since->second;
+    } else {
+      plan.missing_since[t.uid] = first;
+    }
+    if (elapsed(first, *heartbeat) >= view.disconnect_grace) {
+      return "its robot " + t.target_robot + " no longer runs it: its heartbeats since " + format_rfc3339(first) +
+             " do not list it";
+    }
+    requeue(plan, view.disconnect_grace);
+    return std::nullopt;
+  }
+  if (t.state && *t.state != crd::TaskState::dispatching && *t.state != crd::TaskState::pending) return std::nullopt;
+  // Dispatched (or about to be) and never reported: lost only once the
+  // robot has shown it does not have it, by a heartbeat after the dispatch
+  // that does not list it. A robot that has it is never given a twin.
+  std::optional<Timestamp> since = t.dispatched_at;
+  if (!since) {
+    const std::string at = crd::string_at(task, {"metadata", "annotations", kScheduledAtAnnotation});
+    if (auto parsed = parse_rfc3339(at)) since = parsed.value();
+  }
+  if (!since) {
+    requeue(plan, view.dispatch_timeout);
+    return std::nullopt;
+  }
+  const nanoseconds waited = elapsed(*since, view.now);
+  if (waited < view.dispatch_timeout) {
+    requeue(plan, view.dispatch_timeout - waited + std::chrono::milliseconds(100));
+    return std::nullopt;
+  }
+  // A robot that does not list its tasks (Go K8s4r) cannot show it never
+  // started one: its Tasks are lost only when it goes Offline.
+  const auto heartbeat = crd::timestamp_at(robot, {"status", "lastHeartbeatTime"});
+  const bool lists_tasks = crd::value_at(robot, {"status", "runningTasks"}).is_array();
+  if (lists_tasks && heartbeat && *heartbeat > *since && !lists(robot, t.uid)) {
+    return "its robot " + t.target_robot + " did not start it within " + format_go_duration(view.dispatch_timeout) +
+           " of its dispatch at " + format_rfc3339(*since) + " (its heartbeat at " + format_rfc3339(*heartbeat) +
+           " does not list it)";
+  }
+  requeue(plan, std::chrono::seconds(10));
+  return std::nullopt;
+}
+
+Unplaced unplaced(std::string key, json task, bool exists) {
+  Unplaced item{std::move(key), std::move(task), exists};
+  if (auto resources = task_resources(crd::value_at(item.task, {"spec"}))) {
+    item.cpu_milli = resources.value().cpu_milli;
+    item.memory_bytes = resources.value().memory_bytes;
+  }
+  return item;
+}
+
+}  // namespace
+
+GroupPlan plan_group(const GroupView& view) {
+  GroupPlan plan;
+  const json& group = view.group;
+  const json& job = view.job;
+  if (group.is_null() || !crd::value_at(group, {"metadata", "deletionTimestamp"}).is_null()) {
+    plan.gone = true;
+    return plan;
+  }
+  bool owned = false;
+  if (!job.is_null()) {
+    for (const json& owner : crd::value_at(group, {"metadata", "ownerReferences"}))
+      owned |= owner.is_object() && owner.value("uid", "") == crd::string_at(job, {"metadata", "uid"});
+  }
+  if (job.is_null() || !owned || !crd::value_at(job, {"metadata", "deletionTimestamp"}).is_null()) {
+    plan.gone = true;
+    return plan;
+  }
+  std::string type = crd::string_at(job, {"spec", "type"});
+  if (type.empty()) type = "batch";
+  plan.system = type == "system";
+
+  auto policy = read_reschedule_policy(crd::value_at(group, {"spec", "reschedulePolicy"}), type);
+  // A system job keeps one replica on each matching robot for as long as it
+  // matches: a robot that went away and came back gets its replica again,
+  // however often (Nomad places system allocations whenever a node is
+  // eligible); the policy's delay still applies.
+  if (policy && plan.system) policy.value().unlimited = true;
+  auto needs = replica_needs(job, group);
+  auto checked = check_task_group(group);  // not tasks_of: a pass must not build every Task of a big group
+  std::optional<Error> invalid;
+  if (!policy) invalid = policy.error().within("spec.reschedulePolicy");
+  if (!needs) invalid = needs.error();
+  if (!checked) invalid = checked.error();
+  if (invalid) {
+    plan.invalid_status = json{{"state", "failed"}, {"statusDescription", "invalid: " + invalid->to_string()}};
+    plan.events.push_back({group, "Warning", "InvalidTaskGroup", invalid->to_string()});
+    return plan;
+  }
+
+  const Timestamp t = view.now;
+  const auto by_replica = slots_by_replica(view.tasks);
+
+  // The replicas wanted now.
+  std::vector<Replica> wanted;
+  std::map<std::string, bool> may_create;  // a system replica's robot is Online and has room
+  if (plan.system) {
+    TaskNeeds matching = needs.value();
+    matching.cpu_milli = matching.memory_bytes = 0;
+    for (RobotFacts facts : view.robot_facts) {
+      facts.phase = "Online";  // matching ignores phase: an Offline robot keeps its replica
+      if (!place(matching, {facts}).robot) continue;
+      wanted.push_back(Replica::on_robot(facts.name));
+    }
+    for (const RobotFacts& facts : view.robot_facts) {
+      may_create[Replica::on_robot(facts.name).label] = place(needs.value(), {facts}).robot.has_value();
+    }
+  } else {
+    const long long count = crd::value_at(group, {"spec", "count"}).get<long long>();
+    for (long long i = 0; i < count; ++i) wanted.push_back(Replica::numbered(i));
+  }
+
+  // Replicas no longer wanted (scaled down, a system robot that stopped
+  // matching): their Tasks are deleted, and the bridge stops them.
+  std::set<std::string> wanted_labels;
+  for (const Replica& replica : wanted) wanted_labels.insert(replica.label);
+  for (const auto& [replica, slots] : by_replica) {
+    if (wanted_labels.count(replica)) continue;
+    for (const Slot& slot : slots) {
+      for (const json* task : slot.attempts) {
+        if (!crd::read_task(*task).deleting) plan.deletes.push_back(*task);
+      }
+    }
+  }
+
+  for (const Replica& replica : wanted) {
+    auto templates = replica_tasks(group, replica, 0);
+    if (!templates) continue;  // checked above
+    ReplicaPlan work;
+    if (plan.system) work.only_robot = replica.name_part;
+    const auto find_slot = [&](const std::string& task_name) -> const Slot* {
+      auto found = by_replica.find(replica.label);
+      if (found == by_replica.end()) return nullptr;
+      for (const Slot& slot : found->second)
+        if (slot.task == task_name) return &slot;
+      return nullptr;
+    };
+    const auto add_new = [&](json task) {
+      std::string key = key_of(task);
+      if (view.expected_creates.count(key)) return;  // made already; the cache is behind
+      work.tasks.push_back(unplaced(std::move(key), std::move(task), false));
+    };
+    for (std::size_t index = 0; index < templates.value().size(); ++index) {
+      json& wanted_task = templates.value()[index];
+      const Slot* slot = find_slot(crd::string_at(wanted_task, {"metadata", "labels", "task"}));
+      if (!slot || slot->attempts.empty()) {
+        if (plan.system && !may_create[replica.label]) continue;
+        add_new(std::move(wanted_task));
+        continue;
+      }
+      const json& newest = *slot->attempts.back();
+      const crd::TaskView current = crd::read_task(newest);
+      if (current.deleting) continue;
+      if (!current.state || !crd::is_terminal(*current.state)) {
+        if (auto why = lost_reason(view, newest, plan)) {
+          plan.lost.emplace_back(newest, *why);
+          continue;
+        }
+        std::string robot = current.target_robot;
+        if (robot.empty()) {
+          auto assumed = view.assumed_robots.find(key_of(newest));
+          if (assumed != view.assumed_robots.end()) robot = assumed->second.substr(assumed->second.find('/') + 1);
+        }
+        if (robot.empty()) {
+          work.tasks.push_back(unplaced(key_of(newest), newest, true));
+          continue;
+        }
+        work.sibling_robot = robot;
+        // Unless this manager has just set it dispatching and the cache is behind.
+        if (!current.target_robot.empty() && (!current.state || *current.state == crd::TaskState::pending) &&
+            !view.expected_dispatches.count(key_of(newest))) {
+          plan.dispatches.push_back(newest);
+        }
+        continue;
+      }
+      // Ended. A batch or system slot that completed is done.
+      if (*current.state == crd::TaskState::completed && type != "service") continue;
+      std::vector<Timestamp> earlier;
+      for (const json* attempt : slot->attempts) {
+        if (attempt_of(*attempt) == 0) continue;
+        if (auto created = crd::timestamp_at(*attempt, {"metadata", "creationTimestamp"})) earlier.push_back(*created);
+      }
+      const RescheduleDecision decision = decide_reschedule(policy.value(), earlier, t);
+      if (!decision.reschedule) {
+        plan.events.push_back({newest, "Warning", "NotRescheduled", decision.why});
+        continue;
+      }
+      if (plan.system && !may_create[replica.label]) {  // its robot must come back (or fit) first
+        ++plan.awaiting;
+        continue;
+      }
+      const Timestamp ended = crd::timestamp_at(newest, {"status", "finishedAt"})
+                                  .value_or(crd::timestamp_at(newest, {"metadata", "creationTimestamp"}).value_or(t));
+      const Timestamp due = later_by(ended, decision.delay);
+      if (t < due) {
+        ++plan.awaiting;
+        requeue(plan, std::min<nanoseconds>(elapsed(t, due), std::chrono::hours(24)) + std::chrono::milliseconds(50));
+        continue;
+      }
+      auto replacement = replica_tasks(group, replica, attempt_of(newest) + 1);
+      if (!replacement) continue;
+      json next = replacement.value()[index];
+      const std::string next_key = key_of(next);
+      const bool already = std::any_of(slot->attempts.begin(), slot->attempts.end(),
+                                       [&](const json* a) { return key_of(*a) == next_key; });
+      if (already) continue;
+      ++plan.awaiting;
+      const std::string reason = crd::string_at(newest, {"status", "reason"});
+      plan.reschedules.push_back(reason == "Lost"                              ? "lost"
+                                 : *current.state == crd::TaskState::completed ? "completed"
+                                                                               : "failed");
+      plan.events.push_back({newest, "Normal", "Rescheduled",
+                             "replaced by " + crd::string_at(next, {"metadata", "name"}) + ": " + decision.why});
+      add_new(std::move(next));
+    }
+    if (!work.tasks.empty()) plan.placements.push_back(std::move(work));
+  }
+
+  // The group's status, from its Tasks as the cache has them.
+  json counted_group = group;
+  if (plan.system) counted_group["spec"]["count"] = static_cast<long long>(wanted.size());
+  plan.status = task_group_status(counted_group, view.tasks);
+  if (plan.awaiting > 0 && plan.status["state"] == "failed") {
+    plan.status["state"] = "pending";
+    plan.status["statusDescription"] = plan.status["statusDescription"].get<std::string>() + "; " +
+                                       std::to_string(plan.awaiting) + " being rescheduled";
+  }
+  return plan;
+}
+
+}  // namespace k8s4r::manager
