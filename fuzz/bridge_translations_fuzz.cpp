@@ -58,13 +58,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   report.state = TaskRunState::failed;
   report.seq = 7;
   report.reason = "Timeout";
-  if (auto write = bridge::status_write(report, object, {}); write) {
-    json patched = object;
-    patched.merge_patch(write.value().status_patch);
-    (void)crd::read_task(patched);
-    if (write.value().event) (void)bridge::task_event(object, *write.value().event, report, now);
+  for (const TaskRunState state : {TaskRunState::failed, TaskRunState::completed}) {
+    report.state = state;
+    if (auto verdict = bridge::judge_report(report, object, {}); verdict.kind == bridge::ReportVerdict::Kind::write) {
+      json patched = object;
+      patched.merge_patch(verdict.write.status_patch);
+      (void)crd::read_task(patched);
+      if (verdict.write.event) (void)bridge::task_event(object, *verdict.write.event, report, now);
+    }
   }
-  (void)bridge::status_write(report, object, bridge::AppliedStatus{3, crd::TaskState::running});
+  (void)bridge::judge_report(report, object, bridge::AppliedStatus{3, crd::TaskState::running});
   (void)bridge::dispatch_create_payload(object);
   (void)bridge::dispatch_delete_payload(object);
   try_patch(object, crd::add_finalizer_patch(object, crd::kBridgeFinalizer));

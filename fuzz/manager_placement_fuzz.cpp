@@ -12,6 +12,7 @@
 #include "k8s4r/crd/quantity.h"
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/manager/placement.h"
+#include "k8s4r/manager/plan_task.h"
 #include "k8s4r/manager/reschedule.h"
 #include "k8s4r/manager/robot_lifecycle.h"
 #include "k8s4r/manager/robot_load.h"
@@ -95,6 +96,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           }
         }
       }
+    }
+  }
+
+  {
+    // A Task and its Robot, both the input: judged without a crash, and a
+    // Task of its own whose plan was written is not written again.
+    const auto at = k8s4r::parse_rfc3339("2026-11-26T12:00:00Z").value();
+    manager::LivenessInputs inputs;
+    inputs.robot = size % 2 ? &value : nullptr;
+    inputs.now = at;
+    inputs.dispatch_timeout = std::chrono::minutes(2);
+    inputs.disconnect_grace = std::chrono::seconds(30);
+    inputs.missing_since = at - std::chrono::minutes(size % 5);
+    static_cast<void>(manager::judge_liveness(value, inputs));
+    const manager::TaskPlan plan = manager::plan_task(value, inputs);
+    if (plan.status && value.is_object() && !plan.liveness.lost) {
+      nlohmann::json written = value;
+      if (!written["status"].is_object()) written["status"] = nlohmann::json::object();
+      written["status"].update(*plan.status);
+      if (manager::plan_task(written, inputs).status && manager::plan_task(written, inputs).status != plan.status)
+        __builtin_trap();
     }
   }
 

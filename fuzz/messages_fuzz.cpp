@@ -44,6 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   round_trip(input, k8s4r::parse_dispatch);
   round_trip(input, k8s4r::parse_task_status);
   round_trip(input, k8s4r::parse_presence);
+  round_trip(input, k8s4r::parse_ack);
   if (auto duration = k8s4r::parse_go_duration(input); duration) {
     if (k8s4r::parse_go_duration(k8s4r::format_go_duration(duration.value())).value() != duration.value()) std::abort();
   }

@@ -64,12 +64,11 @@ struct Agent::Parts {
         retention(config, tasks, *store, durability, work_dir, run_clock, loop),
         intake(tasks, *store, lifecycle, retention),
         recovery(config, tasks, *store, *runner, lifecycle, work_dir, loop.clock()),
-        session(config, loop, *link, robot_report(),
-                {[this] { reports.on_connected(); },
-                 [this] { reports.on_disconnected(); },
-                 {},
-                 [this](const std::string& payload) { intake.on_dispatch(payload); },
-                 hooks.notify}) {}
+        session(
+            config, loop, *link, robot_report(),
+            {[this] { reports.on_connected(); }, [this] { reports.on_disconnected(); },
+             [this] { reports.on_bridge_back(); }, [this](const std::string& payload) { intake.on_dispatch(payload); },
+             [this](const Ack& ack) { reports.on_ack(ack); }, hooks.notify}) {}
 
   mqtt::LinkEvents link_events(daemon::EventLoop& loop) {
     mqtt::LinkEvents events;
@@ -117,12 +116,21 @@ struct Agent::Parts {
       }
       return held;
     };
+    // Every task the robot holds and has not finished: one being fetched or
+    // started, or waiting to restart, is not lost either.
     report.running_tasks = [this] {
       std::vector<std::string> running;
       for (const auto& [uid, task] : tasks) {
-        if (task.phase == Phase::running) running.push_back(uid);
+        if (task.active()) running.push_back(uid);
       }
       return running;
+    };
+    // Ended, with a final report the bridge has not confirmed yet (none
+    // with a Go K8s4r server, which confirms nothing).
+    report.ended_tasks = [this](bool& more) {
+      more = false;
+      if (!reports.end_to_end()) return std::vector<RunningTask>{};
+      return store->unconfirmed_ends(kMaxEndedTasksListed, more);
     };
     report.storage_error = [this] { return durability.storage_error(); };
     return report;

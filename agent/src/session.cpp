@@ -82,21 +82,24 @@ void Session::subscribe() {
   const std::uint64_t generation = generation_;
   // Subscriptions survive in a persistent session, but not a broker restart
   // without persistence; subscribing again is harmless.
-  link_.subscribe({{topics::response(config_.robot_id).value(), 1}, {topics::dispatch(config_.robot_id).value(), 1}},
-                  [this, generation](bool ok, const std::string& error) {
-                    loop_.post([this, generation, ok, error] {
-                      if (generation != generation_ || !connected_) return;
-                      if (!ok) {
-                        spdlog::error("subscribing to this robot's topics failed: {}; trying again in 5s", error);
-                        loop_.after(5s, [this, generation] {
-                          if (generation == generation_ && connected_) subscribe();
-                        });
-                        return;
-                      }
-                      if (!ready_notified_ && listener_.notify) listener_.notify("READY=1\nSTATUS=connected");
-                      ready_notified_ = true;
-                    });
-                  });
+  std::vector<mqtt::Subscription> subscriptions{{topics::response(config_.robot_id).value(), 1},
+                                                {topics::dispatch(config_.robot_id).value(), 1}};
+  // A Go K8s4r server (legacy-topics) sends no acknowledgements.
+  if (!config_.legacy_topics) subscriptions.push_back({topics::acks(config_.robot_id).value(), 1});
+  link_.subscribe(subscriptions, [this, generation](bool ok, const std::string& error) {
+    loop_.post([this, generation, ok, error] {
+      if (generation != generation_ || !connected_) return;
+      if (!ok) {
+        spdlog::error("subscribing to this robot's topics failed: {}; trying again in 5s", error);
+        loop_.after(5s, [this, generation] {
+          if (generation == generation_ && connected_) subscribe();
+        });
+        return;
+      }
+      if (!ready_notified_ && listener_.notify) listener_.notify("READY=1\nSTATUS=connected");
+      ready_notified_ = true;
+    });
+  });
 }
 
 void Session::publish_presence(bool online, mqtt::Completion done) {
@@ -136,6 +139,7 @@ void Session::send_heartbeat() {
   // heartbeat is what operators tail; the manager judges the register's.
   beat.timestamp = loop_.clock().wall();
   beat.running_tasks = report_.running_tasks();
+  if (report_.ended_tasks) beat.ended_tasks = report_.ended_tasks(beat.ended_tasks_truncated);
   beat.storage_error = report_.storage_error();
   const std::string topic =
       config_.legacy_topics ? std::string(topics::kHeartbeat) : topics::robot_heartbeat(config_.robot_id).value();
@@ -166,6 +170,16 @@ void Session::on_message(const std::string& topic, const std::string& payload) {
     case topics::TopicKind::dispatch:
       if (listener_.dispatch) listener_.dispatch(payload);
       break;
+    case topics::TopicKind::acks: {
+      auto ack = parse_ack(payload);
+      if (!ack || ack.value().robot_id != config_.robot_id) {
+        spdlog::warn("ignoring an acknowledgement: {}",
+                     ack ? "it names robot " + ack.value().robot_id : ack.error().to_string());
+        return;
+      }
+      if (listener_.ack) listener_.ack(ack.value());
+      break;
+    }
     default:
       spdlog::warn("ignoring a message on {}", topic);
   }
@@ -177,13 +191,20 @@ void Session::on_register_response(const std::string& payload) {
     spdlog::warn("ignoring a register response: {}: {}", response.error().field, response.error().message);
     return;
   }
-  if (!response.value().success) {
-    spdlog::warn("the bridge refused registration: {}; trying again", response.value().message);
-    return;  // the register timer asks again, with backoff
-  }
   if (!response.value().robot_id.empty() && response.value().robot_id != config_.robot_id) {
     spdlog::warn("ignoring a register response for robot {}", response.value().robot_id);
     return;
+  }
+  if (!response.value().success) {
+    spdlog::warn("the bridge refused registration: {}; trying again", response.value().message);
+    if (registered_) {
+      // Registered before, and the bridge no longer knows this robot (its
+      // Robot was deleted, say): register again now, then with backoff.
+      registered_ = false;
+      register_backoff_ = {};
+      send_register();
+    }
+    return;  // the register timer asks again, with backoff
   }
   registered_ = true;
   loop_.cancel(register_timer_);

@@ -1,9 +1,8 @@
 // The agent's side of its MQTT session: connect (again after a loss, with a
 // jittered backoff up to kMaxReconnectBackoff), subscribe to this robot's
-// topics, announce presence (retained; the broker publishes the last will
-// when the agent dies), register until the bridge answers (with backoff up
-// to kMaxRegisterBackoff), and heartbeat every heartbeat-interval. What a
-// register and a heartbeat say of the robot's tasks and storage comes from
+// topics (response, dispatch, and acks unless legacy-topics), announce presence (retained; the broker publishes the
+// last will when the agent dies), register until the bridge answers (with backoff up to kMaxRegisterBackoff), and
+// heartbeat every heartbeat-interval. What a register and a heartbeat say of the robot's tasks and storage comes from
 // the agent (RobotReport).
 //
 // Threading: the agent's loop thread only; the link's events are posted to
@@ -28,6 +27,8 @@ namespace k8s4r::agent {
 struct RobotReport {
   std::function<std::vector<RunningTask>()> held_tasks;     // register's runningTasks
   std::function<std::vector<std::string>()> running_tasks;  // heartbeat's runningTasks
+  // Heartbeat's endedTasks (and whether there were more than it lists).
+  std::function<std::vector<RunningTask>(bool& more)> ended_tasks;
   std::function<std::optional<StorageError>()> storage_error;
 };
 
@@ -36,6 +37,7 @@ struct SessionListener {
   std::function<void()> down;  // the connection is gone
   std::function<void()> registered;
   std::function<void(const std::string& payload)> dispatch;
+  std::function<void(const Ack& ack)> ack;         // the bridge's acknowledgements
   std::function<void(const std::string&)> notify;  // sd_notify
 };
 

@@ -133,6 +133,7 @@ StateStore& StateStore::operator=(StateStore&& other) noexcept {
   last_seq_ = other.last_seq_;
   clock_ = other.clock_;
   reports_ = std::move(other.reports_);
+  reports_by_task_ = std::move(other.reports_by_task_);
   next_report_id_ = other.next_report_id_;
   first_uncommitted_report_ = other.first_uncommitted_report_;
   staged_ = std::move(other.staged_);
@@ -314,7 +315,25 @@ Result<void> StateStore::apply(const json& record) {
       done_with(task);
     }
     if (id) {
-      reports_[*id] = QueuedReport{*id, *topic, *payload};
+      QueuedReport queued{*id, *topic, *payload};
+      queued.task_uid = uid.value_or("");
+      queued.seq = field<std::int64_t>(record, "seq").value_or(0);
+      const auto state = field<std::string>(record, "state");
+      if (state) {
+        queued.state = *state == "completed" ? TaskRunState::completed
+                       : *state == "failed"  ? TaskRunState::failed
+                                             : TaskRunState::running;
+      }
+      if (queued.task_uid.empty() || queued.seq == 0 || !state) {
+        // Written by an agent before these fields: the report itself says.
+        if (auto report = parse_task_status(*payload)) {
+          queued.task_uid = report.value().task_uid;
+          queued.seq = report.value().seq.value_or(0);
+          queued.state = report.value().state;
+        }
+      }
+      reports_by_task_[queued.task_uid].insert(*id);
+      reports_[*id] = std::move(queued);
       next_report_id_ = std::max(next_report_id_, *id + 1);
     }
     return ok();
@@ -341,7 +360,12 @@ Result<void> StateStore::apply(const json& record) {
   if (*op == "ack") {
     const auto id = field<std::uint64_t>(record, "id");
     if (!id) return Error{"state", "an ack record without id"};
-    reports_.erase(*id);
+    if (auto found = reports_.find(*id); found != reports_.end()) {
+      auto task = reports_by_task_.find(found->second.task_uid);
+      if (task != reports_by_task_.end() && task->second.erase(*id) && task->second.empty())
+        reports_by_task_.erase(task);
+      reports_.erase(found);
+    }
     return ok();
   }
   if (*op == "forget") {
@@ -415,9 +439,9 @@ const StoredTask* StateStore::find(const std::string& uid) const {
   return it == tasks_.end() ? nullptr : &it->second;
 }
 
-std::vector<QueuedReport> StateStore::oldest(std::size_t limit, bool uncommitted_too) const {
+std::vector<QueuedReport> StateStore::oldest(std::size_t limit, bool uncommitted_too, std::uint64_t after) const {
   std::vector<QueuedReport> oldest;
-  for (auto it = reports_.begin(); it != reports_.end() && oldest.size() < limit; ++it) {
+  for (auto it = reports_.upper_bound(after); it != reports_.end() && oldest.size() < limit; ++it) {
     if (!uncommitted_too && it->first >= first_uncommitted_report_) break;
     oldest.push_back(it->second);
   }
@@ -441,9 +465,9 @@ void StateStore::set_process(const std::string& uid, const TaskProcess& process)
   stage(record);
 }
 
-Result<std::uint64_t> StateStore::report(const std::string& uid, std::int64_t seq, const std::string& topic,
-                                         const std::string& payload) {
-  json record = {{"op", "report"}, {"uid", uid}, {"seq", seq}, {"payload", payload}};
+Result<std::uint64_t> StateStore::report(const std::string& uid, std::int64_t seq, TaskRunState state,
+                                         const std::string& topic, const std::string& payload) {
+  json record = {{"op", "report"}, {"uid", uid}, {"seq", seq}, {"state", to_string(state)}, {"payload", payload}};
   const bool full = reports_.size() >= capacity_;
   const std::uint64_t id = next_report_id_;
   if (!full) {
@@ -508,6 +532,30 @@ void StateStore::acknowledge(std::uint64_t id) {
   stage(record);
 }
 
+std::size_t StateStore::confirm(const std::string& uid, std::int64_t seq) {
+  const auto task = reports_by_task_.find(uid);
+  if (task == reports_by_task_.end()) return 0;
+  std::vector<std::uint64_t> done;
+  for (const std::uint64_t id : task->second) {
+    if (reports_.at(id).seq <= seq) done.push_back(id);
+  }
+  for (const std::uint64_t id : done) acknowledge(id);
+  return done.size();
+}
+
+std::vector<RunningTask> StateStore::unconfirmed_ends(std::size_t limit, bool& more) const {
+  // By the id of their final report: the order they ended in.
+  std::map<std::uint64_t, RunningTask> ends;
+  for (const auto& [uid, ids] : reports_by_task_) {
+    const QueuedReport& last = reports_.at(*ids.rbegin());
+    if (last.state != TaskRunState::running) ends.emplace(last.id, RunningTask{uid, last.state, last.seq});
+  }
+  more = ends.size() > limit;
+  std::vector<RunningTask> out;
+  for (auto it = ends.begin(); it != ends.end() && out.size() < limit; ++it) out.push_back(it->second);
+  return out;
+}
+
 // ---- durability --------------------------------------------------------------------
 
 Result<void> StateStore::commit() {
@@ -570,7 +618,13 @@ std::string StateStore::snapshot() const {
   }
   // After the tasks, so a queued report does not bring back a forgotten task.
   for (const auto& [id, report] : reports_) {
-    text += line_of({{"op", "queued"}, {"id", id}, {"topic", report.topic}, {"payload", report.payload}});
+    text += line_of({{"op", "queued"},
+                     {"id", id},
+                     {"uid", report.task_uid},
+                     {"seq", report.seq},
+                     {"state", to_string(report.state)},
+                     {"topic", report.topic},
+                     {"payload", report.payload}});
   }
   return text;
 }

@@ -34,6 +34,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   metrics_.declare("k8s4r_bridge_dispatch_latency_seconds", Type::histogram,
                    "From the Task informer seeing state dispatching to the broker acknowledging the dispatch.",
                    {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
+  metrics_.declare("k8s4r_bridge_reports_duplicate_total", Type::counter,
+                   "Status reports the Task already held (a robot sending again what it has no confirmation of).");
   metrics_.declare("k8s4r_bridge_heartbeat_writes_total", Type::counter,
                    "Heartbeats written to their Robot: at once (reason=changed, first), in their slot (interval), or "
                    "ahead of an offline presence (offline).");
@@ -126,6 +128,11 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
                            return connected(old_robot, robot) || phase(old_robot, robot);
                          }});
 
+  acks_ = std::make_unique<AckSender>(loop_, [this](const std::string& topic, const std::string& payload) {
+    // Not connected: the robot sends what is unconfirmed again, and is
+    // answered then.
+    if (mqtt_connected_) publish(topic, payload);
+  });
   writer_ = std::make_unique<KubeWriter>(
       client_,
       [this](const ObjectRef& ref) -> kube::ObjectPtr {
@@ -175,6 +182,7 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
 
 Bridge::~Bridge() {
   inbox_.close();  // a callback waiting for room would hold up the link's teardown
+  acks_.reset();
   if (link_) link_.reset();
   if (writer_) writer_->stop();
   if (robots_) robots_->stop();
@@ -350,7 +358,7 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
         return refuse("a heartbeat",
                       {"TopicMismatch", "robotId " + message.value().robot_id + " differs from the topic's"},
                       where.robot_id);
-      return on_heartbeat(message.value());
+      return on_heartbeat(message.value(), !where.legacy);
     }
     case topics::TopicKind::presence: {
       metrics_.add("k8s4r_bridge_messages_total", {{"topic", "presence"}});
@@ -377,6 +385,7 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
     }
     case topics::TopicKind::response:
     case topics::TopicKind::dispatch:
+    case topics::TopicKind::acks:
       // Our own messages, if the broker's ACL lets a robot echo them: not for us.
       metrics_.add("k8s4r_bridge_messages_total", {{"topic", "other"}});
       return refuse("a message on " + topic, {"InvalidTopic", "the bridge publishes this topic, it does not read it"});

@@ -209,6 +209,11 @@ void Bridge::identity_answered(const std::string& correlation, const std::string
       spdlog::info("robot {}: its token changed; the broker disconnected it to log in with the new one",
                    change.robot_id);
       break;
+    case dynsec::Action::upgrade:
+      identities_.managed[change.robot_id].current = true;
+      spdlog::info("robot {}: its broker role may now receive acknowledgements ({})", change.robot_id,
+                   topics::acks(change.robot_id).value());
+      break;
     case dynsec::Action::remove: {
       identities_.managed.erase(change.robot_id);
       spdlog::warn(

@@ -183,6 +183,17 @@ void Bridge::resync_robot(const std::string& robot_id) {
   }
 }
 
+void Bridge::resend_dispatching(const std::string& robot_id) {
+  for (const kube::ObjectPtr& task : tasks_->by_index("robot", robot_id)) {
+    const crd::TaskView view = crd::read_task(*task);
+    const auto memory = task_memory_.find(view.uid);
+    const auto state = memory != task_memory_.end() ? memory->second.applied.state_or(view) : view.state;
+    if (view.deleting || state != crd::TaskState::dispatching || !view.dispatched_at) continue;
+    spdlog::info("robot {} heartbeats after registering: sending task {} ({}) again", robot_id, view.name, view.uid);
+    dispatch(task, true);
+  }
+}
+
 bool Bridge::robot_gone(const std::string& robot_id) const {
   const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
   if (!robot) return true;

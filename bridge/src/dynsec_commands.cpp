@@ -17,6 +17,12 @@ constexpr std::size_t kMaxResponseBytes = 32 * 1024 * 1024;
 
 json acl(const char* type, const std::string& topic) { return {{"acltype", type}, {"topic", topic}, {"allow", true}}; }
 
+// What receiving on one topic takes.
+json receive_acls(const std::string& topic) {
+  return json::array(
+      {acl("subscribeLiteral", topic), acl("unsubscribeLiteral", topic), acl("publishClientReceive", topic)});
+}
+
 // Only its own topics; callers have checked the id (topics::* would refuse
 // one that could change a topic).
 json robot_acls(const std::string& robot_id) {
@@ -25,10 +31,8 @@ json robot_acls(const std::string& robot_id) {
                             topics::presence(robot_id), topics::task_status_filter(robot_id)}) {
     acls.push_back(acl("publishClientSend", topic.value()));
   }
-  for (const auto& topic : {topics::response(robot_id), topics::dispatch(robot_id)}) {
-    acls.push_back(acl("subscribeLiteral", topic.value()));
-    acls.push_back(acl("unsubscribeLiteral", topic.value()));
-    acls.push_back(acl("publishClientReceive", topic.value()));
+  for (const auto& topic : {topics::response(robot_id), topics::dispatch(robot_id), topics::acks(robot_id)}) {
+    for (json& entry : receive_acls(topic.value())) acls.push_back(std::move(entry));
   }
   return acls;
 }
@@ -51,6 +55,8 @@ const char* to_string(Action action) {
       return "rotate";
     case Action::remove:
       return "remove";
+    case Action::upgrade:
+      return "upgrade";
   }
   return "none";
 }
@@ -59,6 +65,7 @@ Action decide(const std::optional<Desired>& desired, const std::optional<Managed
   if (desired && !managed) return Action::create;
   if (!desired && managed) return Action::remove;
   if (desired && managed && desired->digest != managed->digest) return Action::rotate;
+  if (desired && managed && !managed->current) return Action::upgrade;
   return Action::none;
 }
 
@@ -101,6 +108,21 @@ json commands_for(Action action, const std::string& robot_id, const std::optiona
       describe["textdescription"] = std::move(description);
       commands.push_back(std::move(password));
       commands.push_back(std::move(describe));
+      break;
+    }
+    case Action::upgrade: {
+      // The acks topic added to the role of a robot made before it existed
+      // (neither disconnects the robot), then the client marked as current.
+      for (json& entry : receive_acls(topics::acks(robot_id).value())) {
+        json add = command("addRoleACL", correlation);
+        add["rolename"] = role;
+        for (auto& [key, value] : entry.items()) add[key] = value;
+        commands.push_back(std::move(add));
+      }
+      json mark = command("modifyClient", correlation);
+      mark["username"] = robot_id;
+      mark["textname"] = std::string(kManagedMark);
+      commands.push_back(std::move(mark));
       break;
     }
     case Action::remove: {
@@ -160,9 +182,11 @@ Result<std::map<std::string, Managed>> managed_clients(const json& data) {
       return found != client.end() && found->is_string() ? found->get<std::string>() : std::string();
     };
     const std::string username = text("username");
-    if (text("textname") != kManagedMark || !validate_identifier(username)) continue;
+    const std::string mark = text("textname");
+    if ((mark != kManagedMark && mark != kManagedMarkBeforeAcks) || !validate_identifier(username)) continue;
     const std::string description = text("textdescription");
     Managed entry;
+    entry.current = mark == kManagedMark;
     if (description.rfind(kDigestPrefix, 0) == 0) {
       entry.digest = description.substr(kDigestPrefix.size());
       if (const auto after = entry.digest.find(kPreviousSeparator); after != std::string::npos) {

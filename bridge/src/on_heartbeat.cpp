@@ -8,17 +8,22 @@
 // once.
 #include "k8s4r/bridge/bridge.h"
 
+#include "k8s4r/crd/resources.h"
+
 #include <spdlog/spdlog.h>
+
+#include <utility>
 
 namespace k8s4r::bridge {
 
-void Bridge::on_heartbeat(const Heartbeat& message) {
+void Bridge::on_heartbeat(const Heartbeat& message, bool acknowledge) {
   const std::string& robot_id = message.robot_id;
   const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
   if (!robot) {
     refuse("a heartbeat",
            {"UnknownRobot", "no Robot " + robot_id + " in namespace " + namespace_ + "; the robot must register first"},
            robot_id);
+    if (acknowledge) tell_to_register(robot_id);
     return;
   }
   const auto interval =
@@ -37,6 +42,10 @@ void Bridge::on_heartbeat(const Heartbeat& message) {
       }
     }
   }
+  // Heard: the robot's contact with the bridge (docs/protocol.md#ack).
+  if (acknowledge) acks_->heartbeat(robot_id, message.timestamp);
+  if (std::exchange(memory.resend_dispatches_at_heartbeat, false)) resend_dispatching(robot_id);
+  confirm_recorded_ends(message);
   stop_ended_tasks_listed(robot_id, message.running_tasks);
   HeartbeatFacts facts = facts_of(message);
   if (facts.capacity.empty()) facts.capacity = memory.written.capacity;  // not sent: unchanged
@@ -56,6 +65,37 @@ void Bridge::on_heartbeat(const Heartbeat& message) {
       found->second.flush_timer = 0;
       write_heartbeat(robot_id, "interval");
     });
+  }
+}
+
+void Bridge::tell_to_register(const std::string& robot_id) {
+  constexpr std::size_t kMaxRemembered = 10'000;
+  const auto steady_now = loop_.clock().steady();
+  auto told = told_to_register_.find(robot_id);
+  if (told != told_to_register_.end() && steady_now - told->second < config_.dispatch_resend_after) return;
+  if (told_to_register_.size() >= kMaxRemembered) told_to_register_.clear();
+  told_to_register_[robot_id] = steady_now;
+  spdlog::info("robot {} heartbeats but has no Robot (deleted?): telling it to register again", robot_id);
+  publish(topics::response(robot_id).value(),
+          encode(register_response(
+              robot_id, false, "no Robot " + robot_id + " in namespace " + namespace_ + ": register again", nullptr)));
+}
+
+void Bridge::confirm_recorded_ends(const Heartbeat& message) {
+  for (const RunningTask& ended : message.ended_tasks) {
+    if (!ended.seq) continue;
+    const kube::ObjectPtr task = tasks_->get_by_uid(ended.task_uid);
+    if (!task) {
+      const Refusal why{"UnknownTask", "no Task with uid " + ended.task_uid + " in namespace " + namespace_};
+      acks_->report(message.robot_id,
+                    ReportAck{ended.task_uid, *ended.seq, ReportResult::refused, why.reason, why.message});
+      continue;
+    }
+    const crd::TaskView view = crd::read_task(*task);
+    if (view.target_robot != message.robot_id) continue;
+    if (view.status_seq && *view.status_seq >= *ended.seq) {
+      acks_->report(message.robot_id, ReportAck{ended.task_uid, *ended.seq, ReportResult::recorded});
+    }
   }
 }
 

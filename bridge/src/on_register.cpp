@@ -51,6 +51,10 @@ void Bridge::on_register(const Register& message) {
   RobotMemory& memory = robot_memory_[robot_id];
   memory.wrote = false;
   memory.unwritten.reset();
+  // A Go K8s4r agent (it lists no tasks) subscribes to its dispatches some
+  // seconds after it registers: what was sent it meanwhile is sent again at
+  // its first heartbeat, rather than at the next resend.
+  memory.resend_dispatches_at_heartbeat = !message.lists_running_tasks;
   writer_->write(robot_ref(robot_id), std::move(request));
 }
 

@@ -108,6 +108,9 @@ HeartbeatFacts facts_of(const Heartbeat& message) {
   HeartbeatFacts facts;
   facts.running_tasks = message.running_tasks;
   std::sort(facts.running_tasks.begin(), facts.running_tasks.end());
+  for (const RunningTask& ended : message.ended_tasks) facts.ended_tasks.push_back(ended.task_uid);
+  std::sort(facts.ended_tasks.begin(), facts.ended_tasks.end());
+  facts.ended_tasks_truncated = message.ended_tasks_truncated;
   if (message.device_info) facts.capacity = capacity_text(to_json_value(*message.device_info));
   facts.connected = true;
   if (message.storage_error) facts.storage_error = storage_fact(storage_condition(message.storage_error));
@@ -130,6 +133,13 @@ HeartbeatFacts facts_of_robot(const json& robot) {
     }
     std::sort(facts.running_tasks.begin(), facts.running_tasks.end());
   }
+  if (const json& ended = field(robot, "status", "endedTasks"); ended.is_array()) {
+    for (const json& uid : ended) {
+      if (uid.is_string()) facts.ended_tasks.push_back(uid.get<std::string>());
+    }
+    std::sort(facts.ended_tasks.begin(), facts.ended_tasks.end());
+  }
+  facts.ended_tasks_truncated = field(robot, "status", "endedTasksTruncated") == true;
   const json& device = field(robot, "status", "deviceInfo");
   facts.capacity = device.is_string() ? device.get<std::string>() : capacity_text(device);
   facts.connected = says_connected(&robot);
@@ -140,6 +150,12 @@ HeartbeatFacts facts_of_robot(const json& robot) {
 json heartbeat_status_patch(const Heartbeat& message, const json& robot, Timestamp now) {
   json status = {{"lastHeartbeatTime", format_rfc3339(now)},
                  {"runningTasks", message.lists_running_tasks ? running_uids(message.running_tasks) : json(nullptr)}};
+  // What ended on the robot and waits for its end to be recorded: the
+  // manager does not take it for lost. null (removed) when none.
+  std::vector<std::string> ended;
+  for (const RunningTask& task : message.ended_tasks) ended.push_back(task.task_uid);
+  status["endedTasks"] = ended.empty() ? json(nullptr) : running_uids(std::move(ended));
+  status["endedTasksTruncated"] = message.ended_tasks_truncated ? json(true) : json(nullptr);
   if (message.device_info) status["deviceInfo"] = to_json_value(*message.device_info);
   // Conditions are one list in a merge patch: each change goes onto the
   // list the one before made.

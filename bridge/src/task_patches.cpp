@@ -60,27 +60,73 @@ constexpr std::size_t kMaxEventMessageBytes = 1024;
 
 }  // namespace
 
-Decision<StatusWrite> status_write(const TaskStatus& report, const json& task, const AppliedStatus& applied) {
+ReportVerdict judge_report(const TaskStatus& report, const json& task, const AppliedStatus& applied) {
+  ReportVerdict verdict;
+  const auto refuse = [&](std::string reason, std::string message) {
+    verdict.kind = ReportVerdict::Kind::refused;
+    verdict.refusal = Refusal{std::move(reason), std::move(message)};
+    return verdict;
+  };
   const crd::TaskView view = crd::read_task(task);
   if (view.target_robot != report.robot_id) {
-    return Refusal{"WrongRobot",
-                   "task " + report.task_uid + " is assigned to " +
-                       (view.target_robot.empty() ? std::string("no robot") : "robot " + view.target_robot) + ", not " +
-                       report.robot_id};
+    return refuse("WrongRobot",
+                  "task " + report.task_uid + " is assigned to " +
+                      (view.target_robot.empty() ? std::string("no robot") : "robot " + view.target_robot) + ", not " +
+                      report.robot_id);
   }
   std::optional<std::int64_t> floor = view.status_seq;
   if (applied.seq && (!floor || *applied.seq > *floor)) floor = applied.seq;
   if (report.seq && floor && *report.seq <= *floor) {
-    return Refusal{"StaleSeq", "seq " + std::to_string(*report.seq) + " is not above " + std::to_string(*floor) +
-                                   ", the last applied for task " + report.task_uid};
+    // In the Task already, or on its way there from this bridge.
+    verdict.kind = view.status_seq && *view.status_seq >= *report.seq ? ReportVerdict::Kind::recorded
+                                                                      : ReportVerdict::Kind::after_writes;
+    verdict.refusal =
+        Refusal{"StaleSeq", "seq " + std::to_string(*report.seq) + " is not above " + std::to_string(*floor) +
+                                ", the last applied for task " + report.task_uid};
+    return verdict;
   }
   const std::optional<crd::TaskState> before = applied.state_or(view);
   if (before && crd::is_terminal(*before)) {
-    return Refusal{"TaskFinished", "task " + report.task_uid + " is already " + std::string(crd::to_string(*before)) +
-                                       "; a finished Task never changes state"};
+    const bool final_report = report.state != TaskRunState::running;
+    const bool lost = crd::string_at(task, {"status", "reason"}) == "Lost" &&
+                      !crd::value_at(task, {"status", "endOnRobot"}).is_object();
+    if (final_report && lost && report.seq) {
+      // The manager gave up on it while its robot was out of contact; this
+      // is how it really ended. Recorded beside the Task's state, which
+      // stays Lost: its replacement stands.
+      json end = {{"state", to_string(report.state)}, {"seq", *report.seq}};
+      if (report.exit_code) end["exitCode"] = *report.exit_code;
+      if (report.signal) end["signal"] = *report.signal;
+      if (!report.reason.empty()) end["reason"] = report.reason;
+      if (!report.message.empty()) end["message"] = report.message;
+      if (report.started_at) end["startedAt"] = format_rfc3339(*report.started_at, TimePrecision::as_needed);
+      if (report.finished_at) end["finishedAt"] = format_rfc3339(*report.finished_at, TimePrecision::as_needed);
+      verdict.write.state = *before;
+      verdict.write.seq = report.seq;
+      verdict.write.status_patch = {{"status", {{"statusSeq", *report.seq}, {"endOnRobot", end}}}};
+      std::string message = "ran on robot " + report.robot_id + " while it was out of contact, and " +
+                            (report.state == TaskRunState::completed ? "completed" : "failed");
+      if (report.exit_code) message += " with exit code " + std::to_string(*report.exit_code);
+      if (report.finished_at) message += " at " + format_rfc3339(*report.finished_at);
+      if (!report.message.empty()) message += " (" + report.message + ")";
+      message += "; the Task stays Lost and its replacement stands";
+      verdict.write.event =
+          TaskEvent{report.state == TaskRunState::completed ? "Normal" : "Warning", "EndedOnRobot", message};
+      return verdict;
+    }
+    if (final_report && report.seq) {
+      // The end it already holds, reported again (a dispatch sent again is
+      // answered so): nothing to write.
+      verdict.kind = ReportVerdict::Kind::recorded;
+      verdict.refusal = Refusal{"TaskFinished", "task " + report.task_uid + " is already " +
+                                                    std::string(crd::to_string(*before)) + "; nothing to write"};
+      return verdict;
+    }
+    return refuse("TaskFinished", "task " + report.task_uid + " is already " + std::string(crd::to_string(*before)) +
+                                      "; a finished Task never changes state");
   }
 
-  StatusWrite write;
+  StatusWrite& write = verdict.write;
   write.state = state_of(report.state);
   write.seq = report.seq;
   json status = {{"state", crd::to_string(write.state)}, {"restartCount", report.restart_count}};
@@ -104,7 +150,7 @@ Decision<StatusWrite> status_write(const TaskStatus& report, const json& task, c
   if (!report.logs_tail.empty()) status["logs"] = report.logs_tail;
   write.status_patch = {{"status", status}};
   write.event = event_for(report, before);
-  return write;
+  return verdict;
 }
 
 json task_event(const json& task, const TaskEvent& event, const TaskStatus& report, Timestamp now) {

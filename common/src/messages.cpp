@@ -53,6 +53,10 @@ constexpr std::array<std::pair<DispatchAction, std::string_view>, 2> kDispatchAc
     {DispatchAction::create, "create"},
     {DispatchAction::remove, "delete"},
 }};
+constexpr std::array<std::pair<ReportResult, std::string_view>, 2> kReportResults{{
+    {ReportResult::recorded, "recorded"},
+    {ReportResult::refused, "refused"},
+}};
 
 Result<void> check_identifier(std::string_view value) { return validate_identifier(value); }
 
@@ -116,6 +120,15 @@ std::optional<StorageError> read_optional_storage_error(ObjectReader& r) {
 
 TaskRunState read_task_run_state(ObjectReader& r) {
   return value_of(kTaskRunStates, r.required_enum("state", {"running", "completed", "failed"}));
+}
+
+// {taskUid, state, seq}: a task a register or a heartbeat names.
+RunningTask read_running_task(ObjectReader& t, bool seq_required) {
+  RunningTask task;
+  task.task_uid = t.required_string("taskUid", check_identifier);
+  task.state = read_task_run_state(t);
+  task.seq = seq_required ? std::optional(t.required_integer("seq", 1)) : t.optional_integer("seq", 1);
+  return task;
 }
 
 TaskSpec read_task_spec(ObjectReader& r) {
@@ -287,6 +300,7 @@ std::string_view to_string(TaskRunState state) { return name_of(kTaskRunStates, 
 std::string_view to_string(RobotPhase phase) { return name_of(kRobotPhases, phase); }
 std::string_view to_string(TaskDriver driver) { return name_of(kTaskDrivers, driver); }
 std::string_view to_string(DispatchAction action) { return name_of(kDispatchActions, action); }
+std::string_view to_string(ReportResult result) { return name_of(kReportResults, result); }
 
 // ---- parse -------------------------------------------------------------------------
 
@@ -299,13 +313,8 @@ Result<Register> parse_register(std::string_view payload) {
     message.labels = r.optional_string_map("labels");
     message.device_info = read_optional_device_info(r);
     message.lists_running_tasks = r.object().contains("runningTasks") && !r.object()["runningTasks"].is_null();
-    r.optional_object_array("runningTasks", [&](ObjectReader& t) {
-      RunningTask task;
-      task.task_uid = t.required_string("taskUid", check_identifier);
-      task.state = read_task_run_state(t);
-      task.seq = t.optional_integer("seq", 1);
-      message.running_tasks.push_back(std::move(task));
-    });
+    r.optional_object_array("runningTasks",
+                            [&](ObjectReader& t) { message.running_tasks.push_back(read_running_task(t, false)); });
     message.timestamp = r.optional_time("timestamp");
     return message;
   });
@@ -319,6 +328,10 @@ Result<Heartbeat> parse_heartbeat(std::string_view payload) {
     message.timestamp = r.optional_time("timestamp");
     message.lists_running_tasks = r.object().contains("runningTasks") && !r.object()["runningTasks"].is_null();
     message.running_tasks = r.optional_string_array("runningTasks", check_identifier);
+    r.optional_object_array(
+        "endedTasks", [&](ObjectReader& t) { message.ended_tasks.push_back(read_running_task(t, true)); },
+        kMaxEndedTasksListed);
+    message.ended_tasks_truncated = r.optional_bool("endedTasksTruncated").value_or(false);
     message.device_info = read_optional_device_info(r);
     message.storage_error = read_optional_storage_error(r);
     return message;
@@ -402,6 +415,28 @@ Result<TaskStatus> parse_task_status(std::string_view payload) {
   });
 }
 
+Result<Ack> parse_ack(std::string_view payload) {
+  return detail::read_payload<Ack>(payload, kMaxPayloadBytes, [](ObjectReader& r) {
+    Ack message;
+    message.robot_id = r.required_string("robotId", check_identifier);
+    r.optional_object_array(
+        "reports",
+        [&](ObjectReader& a) {
+          ReportAck ack;
+          ack.task_uid = a.required_string("taskUid", check_identifier);
+          ack.seq = a.required_integer("seq", 1);
+          ack.result = value_of(kReportResults, a.required_enum("result", {"recorded", "refused"}));
+          ack.reason = a.optional_string("reason", nullptr, 256).value_or("");
+          ack.message = a.optional_string("message", nullptr, 1024).value_or("");
+          message.reports.push_back(std::move(ack));
+        },
+        kMaxAcksPerMessage);
+    message.heartbeat = r.optional_time("heartbeat");
+    message.timestamp = r.optional_time("timestamp");
+    return message;
+  });
+}
+
 Result<Presence> parse_presence(std::string_view payload) {
   return detail::read_payload<Presence>(payload, kMaxPayloadBytes, [](ObjectReader& r) {
     Presence message;
@@ -423,6 +458,20 @@ std::string dump(const json& value) { return value.dump(-1, ' ', false, json::er
 
 }  // namespace
 
+namespace {
+
+json running_tasks_json(const std::vector<RunningTask>& tasks) {
+  json out = json::array();
+  for (const RunningTask& task : tasks) {
+    json t = {{"taskUid", task.task_uid}, {"state", to_string(task.state)}};
+    put_optional(t, "seq", task.seq);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
 json to_json_value(const DeviceInfo& info) { return device_info_json(info); }
 
 json to_json_value(const Register& message) {
@@ -433,13 +482,9 @@ json to_json_value(const Register& message) {
   if (message.device_info) j["deviceInfo"] = device_info_json(*message.device_info);
   // Always present from our agent: "holds no tasks" must not read as a Go
   // agent's silence.
-  json tasks = json::array();
-  for (const RunningTask& task : message.running_tasks) {
-    json t = {{"taskUid", task.task_uid}, {"state", to_string(task.state)}};
-    put_optional(t, "seq", task.seq);
-    tasks.push_back(std::move(t));
+  if (message.lists_running_tasks || !message.running_tasks.empty()) {
+    j["runningTasks"] = running_tasks_json(message.running_tasks);
   }
-  if (message.lists_running_tasks || !message.running_tasks.empty()) j["runningTasks"] = std::move(tasks);
   put_time(j, "timestamp", message.timestamp);
   return j;
 }
@@ -451,6 +496,8 @@ json to_json_value(const Heartbeat& message) {
   // Always present from our agent, so an operator sees "no tasks" rather than
   // a missing field, and the manager can tell a lost task.
   if (message.lists_running_tasks || !message.running_tasks.empty()) j["runningTasks"] = message.running_tasks;
+  if (!message.ended_tasks.empty()) j["endedTasks"] = running_tasks_json(message.ended_tasks);
+  if (message.ended_tasks_truncated) j["endedTasksTruncated"] = true;
   if (message.device_info) j["deviceInfo"] = device_info_json(*message.device_info);
   put_storage_error(j, message.storage_error);
   return j;
@@ -493,6 +540,23 @@ json to_json_value(const TaskStatus& message) {
   return j;
 }
 
+json to_json_value(const Ack& message) {
+  json j = {{"robotId", message.robot_id}};
+  if (!message.reports.empty()) {
+    json reports = json::array();
+    for (const ReportAck& ack : message.reports) {
+      json a = {{"taskUid", ack.task_uid}, {"seq", ack.seq}, {"result", to_string(ack.result)}};
+      put_string(a, "reason", ack.reason);
+      put_string(a, "message", ack.message);
+      reports.push_back(std::move(a));
+    }
+    j["reports"] = std::move(reports);
+  }
+  put_time(j, "heartbeat", message.heartbeat);
+  put_time(j, "timestamp", message.timestamp);
+  return j;
+}
+
 json to_json_value(const Presence& message) {
   json j = {{"robotId", message.robot_id}, {"online", message.online}, {"timestamp", format_time(message.timestamp)}};
   put_storage_error(j, message.storage_error);
@@ -505,5 +569,6 @@ std::string encode(const RegisterResponse& message) { return dump(to_json_value(
 std::string encode(const Dispatch& message) { return dump(to_json_value(message)); }
 std::string encode(const TaskStatus& message) { return dump(to_json_value(message)); }
 std::string encode(const Presence& message) { return dump(to_json_value(message)); }
+std::string encode(const Ack& message) { return dump(to_json_value(message)); }
 
 }  // namespace k8s4r

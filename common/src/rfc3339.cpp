@@ -115,4 +115,18 @@ std::string format_rfc3339(Timestamp time, TimePrecision precision) {
   return std::string(buffer, static_cast<std::size_t>(length)) + "Z";
 }
 
+std::chrono::nanoseconds elapsed(Timestamp from, Timestamp to) {
+  if (to <= from) return std::chrono::nanoseconds(0);
+  std::int64_t out = 0;
+  if (__builtin_sub_overflow(to.time_since_epoch().count(), from.time_since_epoch().count(), &out))
+    return std::chrono::nanoseconds::max();
+  return std::chrono::nanoseconds(out);
+}
+
+Timestamp later_by(Timestamp time, std::chrono::nanoseconds delay) {
+  std::int64_t out = 0;
+  if (__builtin_add_overflow(time.time_since_epoch().count(), delay.count(), &out)) return Timestamp::max();
+  return Timestamp(std::chrono::nanoseconds(out));
+}
+
 }  // namespace k8s4r

@@ -196,7 +196,38 @@ def agent(agent_factory, observer):
 
 
 class Bridge(Observer):
-    """The bridge's side of the protocol, enough to drive an agent."""
+    """The bridge's side of the protocol, enough to drive an agent. As the real bridge does once Kubernetes has a
+    report, it confirms every status report on the robot's acks topic (docs/protocol.md#ack), and acknowledges
+    heartbeats, unless `confirming` is cleared (a bridge that is away, or stopped listening)."""
+
+    def __init__(self, broker, **kwargs):
+        super().__init__(broker, **kwargs)
+        self.confirming = True
+        recorded = self.client.on_message
+
+        def on_message(client, userdata, message):
+            recorded(client, userdata, message)
+            if not self.confirming or not message.topic.startswith("k8s4r/robots/"):
+                return
+            levels = message.topic.split("/")
+            robot = levels[2]
+            status = len(levels) == 6 and levels[5] == "status"
+            heartbeat = len(levels) == 4 and levels[3] == "heartbeat"
+            if not (status or heartbeat):
+                return  # what the test itself publishes (dispatches, some built to break a parser) is not read
+            try:
+                payload = json.loads(message.payload)
+            except (ValueError, RecursionError):
+                return
+            ack = None
+            if status and payload.get("seq"):
+                ack = {"robotId": robot, "reports": [{"taskUid": levels[4], "seq": payload["seq"],
+                                                     "result": "recorded"}]}
+            elif heartbeat:
+                ack = {"robotId": robot, "heartbeat": payload.get("timestamp")}
+            if ack:
+                client.publish(f"k8s4r/robots/{robot}/acks", json.dumps(ack), qos=1)
+        self.client.on_message = on_message
 
     def accept_registration(self, robot=ROBOT):
         self.wait_for(register_topic(robot), lambda m: m["robotId"] == robot)

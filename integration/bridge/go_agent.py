@@ -49,8 +49,11 @@ def device_info(robot_id):
 
 
 class GoK8s4rAgent:
-    def __init__(self, broker, robot_id, token, heartbeat_every=1.0, monitor_every=5.0):
+    def __init__(self, broker, robot_id, token, heartbeat_every=1.0, monitor_every=5.0, subscribe_after=0.0):
         self.broker, self.robot_id, self.token = broker, robot_id, token
+        # The Go agent starts its task manager, which subscribes to its dispatches, seconds after it registered;
+        # its heartbeats begin after that.
+        self.subscribe_after = subscribe_after
         self.heartbeat_every, self.monitor_every = heartbeat_every, monitor_every
         self.lock = threading.Lock()
         self.tasks = {}  # uid -> Popen, while the agent holds the task
@@ -82,6 +85,7 @@ class GoK8s4rAgent:
             raise AssertionError("registration timeout (the Go agent gives up after 10 s)")
         if not self.responses[-1].get("success"):
             raise AssertionError(f"registration failed: {self.responses[-1].get('message')}")
+        time.sleep(self.subscribe_after)
         self._subscribe(f"k8s4r/robots/{self.robot_id}/tasks/dispatch")
         for loop in (self._heartbeats, self._monitor):
             thread = threading.Thread(target=loop, daemon=True)

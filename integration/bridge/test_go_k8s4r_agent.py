@@ -91,3 +91,23 @@ def test_with_legacy_topics_off_a_go_agent_is_refused_even_through_an_old_sessio
     finally:
         go.stop()
         strict.stop()
+
+
+def test_a_task_sent_before_a_go_agent_subscribed_goes_again_at_its_first_heartbeat(tmp_path, broker, sim):
+    """The Go agent subscribes to its dispatches after it registered: a Task dispatched meanwhile is sent again at
+    its first heartbeat, not only at the next resend (60 s here)."""
+    slow_resend = BridgeProcess(tmp_path / "bridge", broker, sim, ["--dispatch-resend-after", "60s"]).start()
+    try:
+        create_task(sim, "go-early", "echo early", robot="go-late")
+        dispatch(sim, "go-early")
+        wait_until(lambda: (get(sim, "rtask", "go-early").get("status") or {}).get("dispatchedAt"), 10,
+                   "the first dispatch, to nobody")
+        agent = GoK8s4rAgent(broker, "go-late", GO_TOKEN, subscribe_after=2.0).start()
+        try:
+            task = wait_state(sim, "go-early", "completed", timeout=25)  # the Go agent's 5 s monitor included
+            assert agent.starts(task["metadata"]["uid"]) == 1
+            assert "sending task go-early" in slow_resend.log_text()
+        finally:
+            agent.stop()
+    finally:
+        slow_resend.stop()

@@ -279,3 +279,49 @@ def test_a_task_no_robot_fits_waits_pending_saying_why_and_runs_once_one_does(si
     finished = wait_job(sim, "patient", "completed", 60)
     assert finished["status"]["succeededTasks"] == 1
     assert tasks_of_job(sim, "patient")[0]["spec"]["targetRobot"] == "robot-z"
+
+
+def standalone_task(name, robot, script):
+    return {"apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Task",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"name": name, "driver": "exec", "targetRobot": robot,
+                     "config": {"execConfig": {"command": "/bin/sh", "args": ["-c", script]}}}}
+
+
+def events_of(sim, name):
+    return [e for e in items(sim, "events") if e["involvedObject"].get("name") == name]
+
+
+def test_a_task_of_its_own_waits_for_its_robot_saying_so_and_runs_once_it_comes(sim, robots, manager_factory,
+                                                                               tmp_path):
+    """kubectl apply of a Task pinned to a robot (examples/task.yaml) runs it there; one pinned to a robot that does
+    not exist waits pending, naming the robot, with a Warning Event, and runs once that robot joins."""
+    ran = tmp_path / "ran"
+    ran.mkdir(mode=0o777)
+    manager_factory().start()
+    robots("robot-a")
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+    apply(sim, standalone_task("pinned", "robot-a", f"echo once >> {ran}/pinned"))
+    wait_until(lambda: get(sim, "rtask", "pinned")["status"].get("state") == "completed", 30, "the pinned task to run")
+    apply(sim, standalone_task("early", "robot-late", f"echo once >> {ran}/early"))
+    wait_until(lambda: get(sim, "rtask", "early")["status"].get("message") == "robot robot-late does not exist", 20,
+               "the task to say its robot does not exist")
+    assert get(sim, "rtask", "early")["status"]["state"] == "pending"
+    warned = [e for e in events_of(sim, "early") if e["reason"] == "RobotNotFound"]
+    assert warned and warned[0]["type"] == "Warning" and "robot-late" in warned[0]["message"], warned
+    robots("robot-late")
+    wait_until(lambda: get(sim, "rtask", "early")["status"].get("state") == "completed", 40,
+               "the task to run once its robot came")
+    assert (ran / "pinned").read_text() == "once\n" and (ran / "early").read_text() == "once\n"
+
+
+def test_a_robot_deleted_while_its_agent_runs_is_told_and_registers_again(sim, robots, manager_factory):
+    manager_factory().start()
+    agent = robots("robot-d")
+    wait_until(lambda: robot_phase(sim, "robot-d") == "Online", 20, "robot-d to be Online")
+    first_uid = get(sim, "robot", "robot-d")["metadata"]["uid"]
+    sim.kubectl("delete", "robot", "robot-d")
+    wait_until(lambda: (r := get(sim, "robot", "robot-d")) and r["metadata"]["uid"] != first_uid, 30,
+               "the agent to register again (a new Robot)")
+    wait_until(lambda: robot_phase(sim, "robot-d") == "Online", 20, "robot-d to be Online again")
+    assert "register again" in agent.log_text()

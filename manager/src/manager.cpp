@@ -99,7 +99,9 @@ Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& me
   group_controller_.name = "taskgroup";
   group_controller_.reconcile = [this](const std::string& key) { return reconcile_group(key); };
   group_controller_.workers = 2;
-  for (Controller* controller : {&robot_controller_, &job_controller_, &group_controller_}) {
+  task_controller_.name = "task";
+  task_controller_.reconcile = [this](const std::string& key) { return reconcile_task(key); };
+  for (Controller* controller : controllers()) {
     kube::WorkQueueOptions options;
     options.base_delay = std::chrono::milliseconds(50);
     options.max_delay = std::chrono::seconds(30);
@@ -109,7 +111,7 @@ Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& me
 
   metrics_.add_collector([this](daemon::Metrics& m) {
     m.set("k8s4r_manager_leader", {}, leading_ ? 1 : 0);
-    for (Controller* controller : {&robot_controller_, &job_controller_, &group_controller_}) {
+    for (Controller* controller : controllers()) {
       const auto queue = controller->queue->metrics();
       const daemon::Labels labels{{"controller", controller->name}};
       m.set("k8s4r_manager_work_queue_depth", labels, static_cast<double>(queue.depth));
@@ -153,8 +155,8 @@ void Manager::add_handlers() {
     };
     const bool fit_changed =
         !old_robot || differs({"status", "phase"}) || differs({"spec", "labels"}) || differs({"status", "deviceInfo"});
-    const bool tasks_changed =
-        fit_changed || differs({"status", "runningTasks"}) || differs({"status", "lastHeartbeatTime"});
+    const bool tasks_changed = fit_changed || differs({"status", "runningTasks"}) ||
+                               differs({"status", "endedTasks"}) || differs({"status", "lastHeartbeatTime"});
     if (tasks_changed) enqueue_groups_on_robot(key_of(*robot), fit_changed);
     if (fit_changed) enqueue_waiting_groups();
   };
@@ -210,6 +212,8 @@ void Manager::add_handlers() {
     expected_.erase(key);
     if ((state && *state != crd::TaskState::pending) || gone) dispatch_expected_.erase(key);
     if ((state && crd::is_terminal(*state)) || gone) missing_since_.erase(crd::string_at(task, {"metadata", "uid"}));
+    if (state != crd::TaskState::dispatching || gone)
+      seen_dispatching_.erase(crd::string_at(task, {"metadata", "uid"}));
   };
   tasks_->add_handler(
       kube::EventHandler{[this, seen](const kube::ObjectPtr& task) {
@@ -234,8 +238,14 @@ void Manager::add_handlers() {
                          {}});
 }
 
+std::string Manager::owner_group(const json& task) { return owner_key(task, "TaskGroup"); }
+
 void Manager::enqueue_group_of_task(const json& task) {
-  if (std::string group = owner_key(task, "TaskGroup"); !group.empty()) group_controller_.queue->add(group);
+  if (std::string group = owner_key(task, "TaskGroup"); !group.empty()) {
+    group_controller_.queue->add(group);
+  } else {
+    task_controller_.queue->add(key_of(task));  // a Task of its own
+  }
 }
 
 void Manager::enqueue_groups_on_robot(const std::string& robot_key, bool with_system_groups) {
@@ -243,7 +253,11 @@ void Manager::enqueue_groups_on_robot(const std::string& robot_key, bool with_sy
   for (const auto& task : tasks_->by_index("robot", robot_key)) {
     const auto state = crd::read_task(*task).state;
     if (state && crd::is_terminal(*state)) continue;  // nothing of it depends on the robot any more
-    if (std::string group = owner_key(*task, "TaskGroup"); !group.empty()) groups.insert(group);
+    if (std::string group = owner_key(*task, "TaskGroup"); !group.empty()) {
+      groups.insert(group);
+    } else {
+      task_controller_.queue->add(key_of(*task));  // a Task of its own: its robot changed, or came
+    }
   }
   std::lock_guard lock(mutex_);
   if (with_system_groups) groups.insert(system_groups_.begin(), system_groups_.end());
@@ -278,7 +292,7 @@ void Manager::lead() {
   if (stopping_) return;
   spdlog::info("caches synced: {} robot(s), {} job(s), {} task group(s), {} task(s); controllers starting",
                robots_->list().size(), jobs_->list().size(), groups_->list().size(), tasks_->list().size());
-  for (Controller* controller : {&robot_controller_, &job_controller_, &group_controller_}) {
+  for (Controller* controller : controllers()) {
     for (int i = 0; i < controller->workers; ++i)
       controller->threads.emplace_back([this, controller] { run_worker(*controller); });
   }
@@ -330,7 +344,7 @@ std::string Manager::not_ready_reason() const {
 void Manager::stop() {
   if (stopping_.exchange(true)) return;
   std::lock_guard lifecycle(lifecycle_mutex_);
-  for (Controller* controller : {&robot_controller_, &job_controller_, &group_controller_}) {
+  for (Controller* controller : controllers()) {
     if (controller->queue) controller->queue->shut_down();
     for (auto& thread : controller->threads) thread.join();
     controller->threads.clear();

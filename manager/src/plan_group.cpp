@@ -4,6 +4,7 @@
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/manager/reschedule.h"
 #include "k8s4r/manager/status_rollup.h"
+#include "k8s4r/manager/task_liveness.h"
 #include "k8s4r/manager/templates.h"
 
 #include <algorithm>
@@ -19,30 +20,6 @@ int attempt_of(const json& task) {
   const std::string text = crd::string_at(task, {"metadata", "labels", kAttemptLabel});
   if (text.empty() || text.size() > 6 || !std::all_of(text.begin(), text.end(), ::isdigit)) return 0;
   return std::stoi(text);
-}
-
-// to - from, saturating: resource times span the years 1678 to 2262, whose
-// distance does not fit in 64-bit nanoseconds. Never negative.
-nanoseconds elapsed(Timestamp from, Timestamp to) {
-  if (to <= from) return nanoseconds(0);
-  std::int64_t out = 0;
-  if (__builtin_sub_overflow(to.time_since_epoch().count(), from.time_since_epoch().count(), &out))
-    return nanoseconds::max();
-  return nanoseconds(out);
-}
-
-// time + delay, saturating (a user's "2000000h" must not wrap around).
-Timestamp later_by(Timestamp time, nanoseconds delay) {
-  std::int64_t out = 0;
-  if (__builtin_add_overflow(time.time_since_epoch().count(), delay.count(), &out)) return Timestamp::max();
-  return Timestamp(nanoseconds(out));
-}
-
-bool lists(const json& robot, const std::string& uid) {
-  for (const json& running : crd::value_at(robot, {"status", "runningTasks"})) {
-    if (running.is_string() && running.get<std::string>() == uid) return true;
-  }
-  return false;
 }
 
 void requeue(GroupPlan& plan, nanoseconds delay) {
@@ -77,67 +54,20 @@ std::map<std::string, std::vector<Slot>> slots_by_replica(const std::vector<json
 // Why a Task not yet ended is lost, or none (then perhaps a time to look again).
 std::optional<std::string> lost_reason(const GroupView& view, const json& task, GroupPlan& plan) {
   const crd::TaskView t = crd::read_task(task);
-  if (t.target_robot.empty()) return std::nullopt;
-  const auto found = view.robots.find(t.target_robot);
-  if (found == view.robots.end()) return "its robot " + t.target_robot + " no longer exists";
-  const json& robot = found->second;
-  const auto phase = crd::read_robot(robot).phase;
-  if (phase == crd::RobotPhase::offline) {
-    return "its robot " + t.target_robot + " went Offline (" + crd::string_at(robot, {"status", "message"}) + ")";
-  }
-  if (phase == crd::RobotPhase::rejected) return "its robot " + t.target_robot + " was rejected";
-  if (t.state == crd::TaskState::running) {
-    // Running, as the robot last reported; lost once the robot's own list of
-    // running tasks has left it out for the grace (a list only our agent
-    // sends: Go K8s4r agents send none, and are never judged by it).
-    const json& listed = crd::value_at(robot, {"status", "runningTasks"});
-    const auto heartbeat = crd::timestamp_at(robot, {"status", "lastHeartbeatTime"});
-    if (!listed.is_array() || !heartbeat || lists(robot, t.uid)) {
-      if (view.missing_since.count(t.uid)) plan.missing_since[t.uid] = std::nullopt;
-      return std::nullopt;
-    }
-    Timestamp first = *heartbeat;
-    if (auto since = view.missing_since.find(t.uid); since != view.missing_since.end()) {
-      first = since->second;
-    } else {
-      plan.missing_since[t.uid] = first;
-    }
-    if (elapsed(first, *heartbeat) >= view.disconnect_grace) {
-      return "its robot " + t.target_robot + " no longer runs it: its heartbeats since " + format_rfc3339(first) +
-             " do not list it";
-    }
-    requeue(plan, view.disconnect_grace);
-    return std::nullopt;
-  }
-  if (t.state && *t.state != crd::TaskState::dispatching && *t.state != crd::TaskState::pending) return std::nullopt;
-  // Dispatched (or about to be) and never reported: lost only once the
-  // robot has shown it does not have it, by a heartbeat after the dispatch
-  // that does not list it. A robot that has it is never given a twin.
-  std::optional<Timestamp> since = t.dispatched_at;
-  if (!since) {
-    const std::string at = crd::string_at(task, {"metadata", "annotations", kScheduledAtAnnotation});
-    if (auto parsed = parse_rfc3339(at)) since = parsed.value();
-  }
-  if (!since) {
-    requeue(plan, view.dispatch_timeout);
-    return std::nullopt;
-  }
-  const nanoseconds waited = elapsed(*since, view.now);
-  if (waited < view.dispatch_timeout) {
-    requeue(plan, view.dispatch_timeout - waited + std::chrono::milliseconds(100));
-    return std::nullopt;
-  }
-  // A robot that does not list its tasks (Go K8s4r) cannot show it never
-  // started one: its Tasks are lost only when it goes Offline.
-  const auto heartbeat = crd::timestamp_at(robot, {"status", "lastHeartbeatTime"});
-  const bool lists_tasks = crd::value_at(robot, {"status", "runningTasks"}).is_array();
-  if (lists_tasks && heartbeat && *heartbeat > *since && !lists(robot, t.uid)) {
-    return "its robot " + t.target_robot + " did not start it within " + format_go_duration(view.dispatch_timeout) +
-           " of its dispatch at " + format_rfc3339(*since) + " (its heartbeat at " + format_rfc3339(*heartbeat) +
-           " does not list it)";
-  }
-  requeue(plan, std::chrono::seconds(10));
-  return std::nullopt;
+  LivenessInputs inputs;
+  if (auto robot = view.robots.find(t.target_robot); robot != view.robots.end()) inputs.robot = &robot->second;
+  inputs.now = view.now;
+  inputs.dispatch_timeout = view.dispatch_timeout;
+  inputs.disconnect_grace = view.disconnect_grace;
+  if (auto since = view.missing_since.find(t.uid); since != view.missing_since.end())
+    inputs.missing_since = since->second;
+  if (auto seen = view.seen_dispatching.find(t.uid); seen != view.seen_dispatching.end())
+    inputs.seen_dispatching = seen->second;
+  Liveness verdict = judge_liveness(task, inputs);
+  if (verdict.missing_since) plan.missing_since[t.uid] = *verdict.missing_since;
+  if (verdict.seen_dispatching) plan.seen_dispatching[t.uid] = *verdict.seen_dispatching;
+  if (verdict.recheck) requeue(plan, *verdict.recheck);
+  return verdict.lost;
 }
 
 Unplaced unplaced(std::string key, json task, bool exists) {

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 
@@ -173,6 +174,21 @@ class AgentTest : public ::testing::Test {
     settle();
   }
 
+  // The bridge confirms every report published so far (recorded), as one Ack.
+  void confirm_all() {
+    Ack ack;
+    ack.robot_id = "robot-1";
+    for (auto* p : link_->status_reports()) {
+      const auto status = parse_task_status(p->payload).value();
+      ack.reports.push_back({status.task_uid, *status.seq, ReportResult::recorded});
+    }
+    send_ack(ack);
+  }
+  void send_ack(const Ack& ack) {
+    link_->events.message("k8s4r/robots/robot-1/acks", encode(ack));
+    settle();
+  }
+
   std::vector<TaskStatus> reports_for(const std::string& uid) {
     std::vector<TaskStatus> reports;
     for (auto* p : link_->status_reports()) {
@@ -244,47 +260,94 @@ TEST_F(AgentTest, ATaskStartsOnlyOnceItsAcceptanceIsDurableAndReportsEachStateWi
   EXPECT_EQ(reports[1].finished_at, clock_.wall());
 }
 
-TEST_F(AgentTest, AReportLeavesTheDiskQueueOnlyWhenAcknowledgedAndIsRepublishedInOrderAfterReconnect) {
+TEST_F(AgentTest, AReportLeavesTheQueueOnlyWhenTheBridgeConfirmsItNotOnTheBrokersPuback) {
   connect();
+  EXPECT_NE(std::find(link_->subscribed.begin(), link_->subscribed.end(), "k8s4r/robots/robot-1/acks"),
+            link_->subscribed.end());
   dispatch("t-1");
   runner_->start_ok("t-1");
   settle();
   runner_->exit("t-1", 0);
   settle();
   ASSERT_EQ(link_->status_reports().size(), 2u);
-  EXPECT_EQ(seq_of(link_->status_reports()[0]), 1);
-  EXPECT_EQ(seq_of(link_->status_reports()[1]), 2);
-  EXPECT_EQ(queued_on_disk(), 2u);  // not acknowledged yet
+  acknowledge_all();  // the broker has them: not enough
+  advance(1s);
+  EXPECT_EQ(queued_on_disk(), 2u);
+  ASSERT_EQ(heartbeats().back().ended_tasks.size(), 0u);  // sent before the end
+  advance(10s);
+  // The next heartbeat says the robot holds an end the bridge has not confirmed.
+  ASSERT_EQ(heartbeats().back().ended_tasks, (std::vector<RunningTask>{{"t-1", TaskRunState::completed, 2}}));
 
-  // The first is acknowledged, then the connection drops before the second is.
-  link_->status_reports()[0]->done(true, "");
-  advance(1s);  // the acknowledgement's lazy commit
-  EXPECT_EQ(queued_on_disk(), 1u);
-  link_->events.connection_lost("broker went away");
+  // Confirming seq 2 confirms seq 1 too.
+  send_ack(Ack{"robot-1", {{"t-1", 2, ReportResult::recorded}}});
+  advance(1s);  // the lazy commit
+  EXPECT_EQ(queued_on_disk(), 0u);
+  advance(10s);
+  EXPECT_TRUE(heartbeats().back().ended_tasks.empty());
+}
+
+TEST_F(AgentTest, WhatTheBridgeDoesNotConfirmIsSentAgainLaterAndAtOnceWhenTheBridgeIsHeardAgain) {
+  connect();
+  dispatch("t-1");
+  runner_->start_ok("t-1");
   settle();
-  EXPECT_EQ(link_->connects, 1);
+  runner_->exit("t-1", 0);
+  settle();
+  acknowledge_all();
+  ASSERT_EQ(link_->status_reports().size(), 2u);
+  advance(9s);
+  EXPECT_EQ(link_->status_reports().size(), 2u);
+  advance(2s);  // 10 s without a confirmation: both again, in order
+  ASSERT_EQ(link_->status_reports().size(), 4u);
+  EXPECT_EQ(seq_of(link_->status_reports()[2]), 1);
+  EXPECT_EQ(seq_of(link_->status_reports()[3]), 2);
+  acknowledge_all();
+  advance(19s);  // then after 20 s
+  EXPECT_EQ(link_->status_reports().size(), 4u);
+  advance(2s);
+  ASSERT_EQ(link_->status_reports().size(), 6u);
+  acknowledge_all();
+  // The bridge comes back (a heartbeat's acknowledgement): sent again at once,
+  // not at the end of the 40 s wait.
+  send_ack(Ack{"robot-1", {}, clock_.wall()});
+  ASSERT_EQ(link_->status_reports().size(), 8u);
+  send_ack(Ack{"robot-1", {{"t-1", 2, ReportResult::recorded}}});
+  advance(1s);
+  EXPECT_EQ(queued_on_disk(), 0u);
+}
+
+TEST_F(AgentTest, WhatIsUnconfirmedGoesAgainOnEveryNewConnectionAndARefusalEndsIt) {
+  connect();
+  dispatch("t-1");
+  dispatch("t-2");
+  runner_->start_ok("t-1");
+  runner_->start_ok("t-2");
+  settle();
+  ASSERT_EQ(link_->status_reports().size(), 2u);
+  link_->events.connection_lost("broker went away");
   advance(700ms);  // the first reconnect waits 0.4 to 0.6 s
   EXPECT_EQ(link_->connects, 2);
   link_->published.clear();
   link_->events.connected();
   settle();
-  ASSERT_EQ(link_->status_reports().size(), 1u);
-  EXPECT_EQ(seq_of(link_->status_reports()[0]), 2);
-  EXPECT_EQ(parse_task_status(link_->status_reports()[0]->payload).value().state, TaskRunState::completed);
-
-  // A failed publish is tried again on the same connection, a second later.
-  link_->status_reports()[0]->done(false, "no PUBACK");
-  settle();
-  EXPECT_EQ(link_->status_reports().size(), 1u);
-  advance(1s);
   ASSERT_EQ(link_->status_reports().size(), 2u);
-  link_->status_reports()[1]->done(true, "");
+  // A Task deleted meanwhile: the bridge refuses its report for good.
+  send_ack(Ack{
+      "robot-1",
+      {{"t-1", 1, ReportResult::recorded}, {"t-2", 2, ReportResult::refused, "UnknownTask", "no Task with uid t-2"}}});
   advance(1s);
   EXPECT_EQ(queued_on_disk(), 0u);
+  acknowledge_all();
+  advance(1min);
+  EXPECT_EQ(link_->status_reports().size(), 2u);  // nothing left to send
 }
 
-TEST_F(AgentTest, AnAcknowledgementFromAnEarlierConnectionIsIgnored) {
+TEST_F(AgentTest, WithAGoK8s4rServerTheBrokersPubackDeliversAndAStaleOneIsIgnored) {
+  config_.legacy_topics = true;  // a Go K8s4r server confirms nothing
+  make_agent();
   connect();
+  EXPECT_EQ(std::find(link_->subscribed.begin(), link_->subscribed.end(), "k8s4r/robots/robot-1/acks"),
+            link_->subscribed.end());
   dispatch("t-2");
   runner_->start_ok("t-2");
   settle();
@@ -292,17 +355,24 @@ TEST_F(AgentTest, AnAcknowledgementFromAnEarlierConnectionIsIgnored) {
   settle();
   ASSERT_EQ(link_->status_reports().size(), 2u);
   mqtt::Completion stale = link_->status_reports()[1]->done;
+  link_->status_reports()[0]->done(true, "");
+  advance(1s);
+  EXPECT_EQ(queued_on_disk(), 1u);
   link_->events.connection_lost("gone");
   advance(1s);
   link_->published.clear();
   link_->events.connected();
   settle();
-  ASSERT_EQ(link_->status_reports().size(), 2u);
-  // Both are in flight again; the old connection's PUBACK changes nothing.
+  ASSERT_EQ(link_->status_reports().size(), 1u);
+  EXPECT_EQ(seq_of(link_->status_reports()[0]), 2);
+  // The old connection's PUBACK changes nothing; a failed publish is tried again a second later.
   stale(true, "");
+  link_->status_reports()[0]->done(false, "no PUBACK");
+  advance(500ms);
+  EXPECT_EQ(queued_on_disk(), 1u);
   advance(1s);
-  EXPECT_EQ(queued_on_disk(), 2u);
-  for (auto* report : link_->status_reports()) report->done(true, "");
+  ASSERT_EQ(link_->status_reports().size(), 2u);
+  link_->status_reports()[1]->done(true, "");
   advance(1s);
   EXPECT_EQ(queued_on_disk(), 0u);
 }
@@ -361,9 +431,9 @@ TEST_F(AgentTest, RegistersUntilTheBridgeAnswersWithABackoffThatGrows) {
   ASSERT_EQ(link_->on("/register").size(), 1u);
   advance(2500ms);  // the first retry after 1.6 to 2.4 s
   ASSERT_EQ(link_->on("/register").size(), 2u);
-  advance(3s);  // the second waits 3.2 to 4.8 s
+  advance(2200ms);  // the second waits 3.2 to 4.8 s more: not before 4.8 s in all
   EXPECT_EQ(link_->on("/register").size(), 2u);
-  advance(2s);
+  advance(2600ms);  // nor after 7.2 s
   ASSERT_EQ(link_->on("/register").size(), 3u);
   link_->events.message("k8s4r/robots/robot-1/response", R"({"success":true,"robotId":"robot-1"})");
   advance(5min);
@@ -451,6 +521,7 @@ TEST_F(AgentTest, ShutdownStopsTheRunningTasksReportsThemAndSaysOffline) {
   settle();
   EXPECT_EQ(reports_for("t-9").back().reason, "AgentShutdown");
   acknowledge_all();
+  confirm_all();
   const auto presence = link_->on("/presence");
   ASSERT_FALSE(presence.empty());
   EXPECT_FALSE(parse_presence(presence.back()->payload).value().online);

@@ -46,8 +46,8 @@ TEST_F(StateStoreTest, WhatWasCommittedIsThereAfterAReopenAndWhatWasOnlyStagedIs
     EXPECT_TRUE(store.tasks().empty());
     store.accept("t1", {{"action", "create"}});
     store.set_process("t1", TaskProcess{4242, 99, 4243, 100, "/sys/fs/cgroup/k8s4r-tasks.0/t1", "/w/exits/t1.0.json"});
-    ASSERT_TRUE(store.report("t1", 1, "k8s4r/robots/r/tasks/t1/status", R"({"seq":1})"));
-    ASSERT_TRUE(store.report("t1", 2, "k8s4r/robots/r/tasks/t1/status", R"({"seq":2})"));
+    ASSERT_TRUE(store.report("t1", 1, TaskRunState::running, "k8s4r/robots/r/tasks/t1/status", R"({"seq":1})"));
+    ASSERT_TRUE(store.report("t1", 2, TaskRunState::running, "k8s4r/robots/r/tasks/t1/status", R"({"seq":2})"));
     ASSERT_TRUE(store.commit());
     store.accept("t2", {{"action", "create"}});  // staged, never committed: as if the agent was killed here
     EXPECT_TRUE(store.find("t2"));
@@ -70,9 +70,9 @@ TEST_F(StateStoreTest, WhatWasCommittedIsThereAfterAReopenAndWhatWasOnlyStagedIs
 
 TEST_F(StateStoreTest, OnlyCommittedReportsAreHandedOutUnlessAskedForAll) {
   StateStore store = open();
-  ASSERT_TRUE(store.report("t1", 1, "topic", "one"));
+  ASSERT_TRUE(store.report("t1", 1, TaskRunState::running, "topic", "one"));
   ASSERT_TRUE(store.commit());
-  ASSERT_TRUE(store.report("t1", 2, "topic", "two"));
+  ASSERT_TRUE(store.report("t1", 2, TaskRunState::running, "topic", "two"));
   EXPECT_EQ(payloads(store.oldest(10)), std::vector<std::string>{"one"});
   EXPECT_EQ(payloads(store.oldest(10, true)), (std::vector<std::string>{"one", "two"}));
   EXPECT_EQ(payloads(store.oldest(1, true)), std::vector<std::string>{"one"});
@@ -83,8 +83,8 @@ TEST_F(StateStoreTest, OnlyCommittedReportsAreHandedOutUnlessAskedForAll) {
 TEST_F(StateStoreTest, AcknowledgedReportsAndForgottenTasksStayGone) {
   {
     StateStore store = open();
-    const auto first = store.report("t1", 1, "topic", "one");
-    ASSERT_TRUE(store.report("t2", 1, "topic", "other"));
+    const auto first = store.report("t1", 1, TaskRunState::running, "topic", "one");
+    ASSERT_TRUE(store.report("t2", 1, TaskRunState::running, "topic", "other"));
     store.finish("t1", 7, std::chrono::seconds(1));
     ASSERT_TRUE(store.commit());
     store.acknowledge(first.value());
@@ -105,7 +105,7 @@ TEST_F(StateStoreTest, AThousandChangesAreOneSync) {
   for (int i = 0; i < 1000; ++i) {
     const std::string uid = "t" + std::to_string(i);
     store.accept(uid, {{"action", "create"}});
-    ASSERT_TRUE(store.report(uid, 1, "topic", "running"));
+    ASSERT_TRUE(store.report(uid, 1, TaskRunState::running, "topic", "running"));
     if (store.queued_reports() == store.capacity()) break;
   }
   ASSERT_TRUE(store.commit());
@@ -118,9 +118,9 @@ TEST_F(StateStoreTest, AThousandChangesAreOneSync) {
 TEST_F(StateStoreTest, AFullQueueRefusesTheReportButKeepsItsSeq) {
   auto store = StateStore::open(dir_.path().string(), 2);
   ASSERT_TRUE(store);
-  ASSERT_TRUE(store.value().report("t1", 1, "topic", "one"));
-  ASSERT_TRUE(store.value().report("t1", 2, "topic", "two"));
-  const auto refused = store.value().report("t1", 3, "topic", "three");
+  ASSERT_TRUE(store.value().report("t1", 1, TaskRunState::running, "topic", "one"));
+  ASSERT_TRUE(store.value().report("t1", 2, TaskRunState::running, "topic", "two"));
+  const auto refused = store.value().report("t1", 3, TaskRunState::running, "topic", "three");
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message.find("full"), std::string::npos);
   ASSERT_TRUE(store.value().commit());
@@ -228,7 +228,7 @@ TEST_F(StateStoreTest, TheFileIsCompactedToItsLiveContent) {
   const std::string payload(1000, 'x');
   std::uint64_t largest = 0;
   for (int i = 0; i < 5000; ++i) {
-    const auto id = store.report("t" + std::to_string(i), 1, "topic", payload);
+    const auto id = store.report("t" + std::to_string(i), 1, TaskRunState::running, "topic", payload);
     ASSERT_TRUE(id);
     ASSERT_TRUE(store.commit());
     store.acknowledge(id.value());
@@ -263,7 +263,7 @@ TEST_F(StateStoreTest, AFailedCommitLosesNothingAndLeavesNoFragment) {
   rlimit limited = original;
   limited.rlim_cur = durable + 10;  // room for part of the next record only
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
-  ASSERT_TRUE(store.report("t1", 1, "topic", std::string(200, 'r')));
+  ASSERT_TRUE(store.report("t1", 1, TaskRunState::running, "topic", std::string(200, 'r')));
   const auto failed = store.commit();
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &original), 0);
   std::signal(SIGXFSZ, SIG_DFL);
@@ -367,7 +367,9 @@ TEST_F(StateStoreTest, BeyondTheLimitTheTasksThatFinishedFirstAreForgottenFirst)
 
 TEST_F(StateStoreTest, TheHighestSeqOutlivesTheTaskThatHadItThroughACompaction) {
   StateStore store = open();
-  ASSERT_TRUE(store.report("gone", 41, "topic", "final"));
+  const auto final_id = store.report("gone", 41, TaskRunState::completed, "topic", "final");
+  ASSERT_TRUE(final_id);
+  store.acknowledge(final_id.value());
   store.finish("gone", 1, std::chrono::seconds(1));
   store.forget("gone");
   ASSERT_TRUE(store.commit());
@@ -375,7 +377,7 @@ TEST_F(StateStoreTest, TheHighestSeqOutlivesTheTaskThatHadItThroughACompaction) 
   // Enough traffic for a snapshot, which holds no record of "gone" at all.
   const std::string payload(1000, 'x');
   for (int i = 0; i < 2000; ++i) {
-    const auto id = store.report("other", i + 42, "topic", payload);
+    const auto id = store.report("other", i + 42, TaskRunState::running, "topic", payload);
     ASSERT_TRUE(id);
     store.acknowledge(id.value());
     ASSERT_TRUE(store.commit());
@@ -393,9 +395,9 @@ TEST_F(StateStoreTest, AFinishedTaskKeepsItsFinalReportWithoutTheLogsTailWhileTh
   const std::string final_report = R"({"state":"completed","seq":2,"logsTail":")" + std::string(3000, 'y') + R"("})";
   {
     StateStore store = open();
-    ASSERT_TRUE(store.report("t1", 1, "topic", R"({"state":"running","seq":1})"));
+    ASSERT_TRUE(store.report("t1", 1, TaskRunState::running, "topic", R"({"state":"running","seq":1})"));
     store.finish("t1", 1, std::chrono::seconds(1));
-    ASSERT_TRUE(store.report("t1", 2, "topic", final_report));
+    ASSERT_TRUE(store.report("t1", 2, TaskRunState::running, "topic", final_report));
     EXPECT_EQ(store.find("t1")->last_report, R"({"seq":2,"state":"completed"})");
     ASSERT_TRUE(store.commit());
   }

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 namespace k8s4r::bridge::dynsec {
 namespace {
 
@@ -38,10 +40,13 @@ TEST(Dynsec, ARobotGetsARoleOfItsOwnTopicsAndALoginWithIt) {
       {"publishClientSend", "k8s4r/robots/robot-1/tasks/+/status"},
       {"subscribeLiteral", "k8s4r/robots/robot-1/response"},
       {"subscribeLiteral", "k8s4r/robots/robot-1/tasks/dispatch"},
+      {"subscribeLiteral", "k8s4r/robots/robot-1/acks"},
       {"unsubscribeLiteral", "k8s4r/robots/robot-1/response"},
       {"unsubscribeLiteral", "k8s4r/robots/robot-1/tasks/dispatch"},
+      {"unsubscribeLiteral", "k8s4r/robots/robot-1/acks"},
       {"publishClientReceive", "k8s4r/robots/robot-1/response"},
-      {"publishClientReceive", "k8s4r/robots/robot-1/tasks/dispatch"}};
+      {"publishClientReceive", "k8s4r/robots/robot-1/tasks/dispatch"},
+      {"publishClientReceive", "k8s4r/robots/robot-1/acks"}};
   EXPECT_EQ(acls, expected);
   const json& client = commands[1];
   EXPECT_EQ(client["command"], "createClient");
@@ -62,7 +67,7 @@ TEST(Dynsec, RotationSetsThePasswordAndTheDigestAndRemovalDeletesBoth) {
   EXPECT_EQ(rotate[1]["command"], "modifyClient");
   // The digest it replaces too: a robot still registered with the old token is a rotation, not a stranger.
   EXPECT_EQ(rotate[1]["textdescription"], "k8s4r token sha256:cccc after sha256:aaaa");
-  json listed = json::parse(R"({"clients":[{"username":"robot-1","textname":"k8s4r robot"}]})");
+  json listed = json::parse(R"j({"clients":[{"username":"robot-1","textname":"k8s4r robot (acks)"}]})j");
   listed["clients"][0]["textdescription"] = rotate[1]["textdescription"];
   EXPECT_EQ(managed_clients(listed).value().at("robot-1"), (Managed{"sha256:cccc", "sha256:aaaa"}));
   const json remove = commands_for(Action::remove, "robot-1", std::nullopt, "c");
@@ -71,6 +76,29 @@ TEST(Dynsec, RotationSetsThePasswordAndTheDigestAndRemovalDeletesBoth) {
   EXPECT_EQ(remove[0]["username"], "robot-1");
   EXPECT_EQ(remove[1]["command"], "deleteRole");
   EXPECT_EQ(remove[1]["rolename"], "k8s4r-robot-robot-1");
+}
+
+TEST(Dynsec, ARobotMadeBeforeAcknowledgementsHasItsRoleGivenTheAcksTopicWithoutADisconnect) {
+  Managed before{"sha256:aaaa", ""};
+  before.current = false;
+  EXPECT_EQ(decide(kToken, before), Action::upgrade);
+  Managed rotated_before{"sha256:bbbb", ""};
+  rotated_before.current = false;
+  EXPECT_EQ(decide(kToken, rotated_before), Action::rotate);  // the token first; the upgrade follows
+  const json upgrade = commands_for(Action::upgrade, "robot-1", kToken, "c", before);
+  ASSERT_EQ(upgrade.size(), 4u);
+  std::set<std::string> added;
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(upgrade[i]["command"], "addRoleACL");
+    EXPECT_EQ(upgrade[i]["rolename"], "k8s4r-robot-robot-1");
+    EXPECT_EQ(upgrade[i]["topic"], "k8s4r/robots/robot-1/acks");
+    EXPECT_TRUE(upgrade[i]["allow"].get<bool>());
+    added.insert(upgrade[i]["acltype"]);
+  }
+  EXPECT_EQ(added, (std::set<std::string>{"subscribeLiteral", "unsubscribeLiteral", "publishClientReceive"}));
+  EXPECT_EQ(upgrade[3]["command"], "modifyClient");  // not setClientPassword or a role change: no disconnect
+  EXPECT_EQ(upgrade[3]["textname"], std::string(kManagedMark));
+  EXPECT_FALSE(upgrade[3].contains("password"));
 }
 
 TEST(Dynsec, NothingForAnIdThatCouldBreakATopic) {
@@ -94,6 +122,7 @@ TEST(Dynsec, ReadsAnswersAndKeepsOnlyTheClientsItMade) {
   ASSERT_TRUE(managed);
   ASSERT_EQ(managed.value().size(), 1u);  // not the admin, not the bridge, not a name that is no robot id
   EXPECT_EQ(managed.value().at("robot-1").digest, "sha256:aaaa");
+  EXPECT_FALSE(managed.value().at("robot-1").current);  // made before acks: its role lacks them
 
   const auto errors =
       parse_responses(R"({"responses":[{"command":"createRole","correlationData":"a"},)"

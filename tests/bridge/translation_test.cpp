@@ -173,52 +173,80 @@ TEST(RobotPatches, PresenceSetsConnectedAndItsCondition) {
   EXPECT_EQ(robot["status"]["conditions"][0]["status"], "False");
 }
 
+using Kind = ReportVerdict::Kind;
+
 TEST(TaskPatches, AReportFromTheAssignedRobotIsMergedIntoStatusWithAnEvent) {
-  auto running = status_write(report("robot-001", TaskRunState::running, 1), task_on("robot-001", "dispatching"), {});
-  ASSERT_TRUE(running) << running.error().message;
-  EXPECT_EQ(running.value().status_patch["status"]["state"], "running");
-  EXPECT_EQ(running.value().status_patch["status"]["statusSeq"], 1);
-  ASSERT_TRUE(running.value().event);
-  EXPECT_EQ(running.value().event->reason, "Started");
+  auto running = judge_report(report("robot-001", TaskRunState::running, 1), task_on("robot-001", "dispatching"), {});
+  ASSERT_EQ(running.kind, Kind::write) << running.refusal.message;
+  EXPECT_EQ(running.write.status_patch["status"]["state"], "running");
+  EXPECT_EQ(running.write.status_patch["status"]["statusSeq"], 1);
+  ASSERT_TRUE(running.write.event);
+  EXPECT_EQ(running.write.event->reason, "Started");
 
   TaskStatus timeout = report("robot-001", TaskRunState::failed, 2);
   timeout.reason = "Timeout";
   timeout.exit_code = 137;
   timeout.signal = 9;
-  auto failed = status_write(timeout, task_on("robot-001", "running", 1), {});
-  ASSERT_TRUE(failed);
-  EXPECT_EQ(failed.value().status_patch["status"]["exitCode"], 137);
-  EXPECT_EQ(failed.value().status_patch["status"]["reason"], "Timeout");
-  EXPECT_EQ(failed.value().event->reason, "Timeout");
-  EXPECT_EQ(failed.value().event->type, "Warning");
+  auto failed = judge_report(timeout, task_on("robot-001", "running", 1), {});
+  ASSERT_EQ(failed.kind, Kind::write);
+  EXPECT_EQ(failed.write.status_patch["status"]["exitCode"], 137);
+  EXPECT_EQ(failed.write.status_patch["status"]["reason"], "Timeout");
+  EXPECT_EQ(failed.write.event->reason, "Timeout");
+  EXPECT_EQ(failed.write.event->type, "Warning");
 }
 
-TEST(TaskPatches, WrongRobotsStaleSeqsAndFinishedTasksAreRefused) {
-  EXPECT_EQ(status_write(report("robot-002", TaskRunState::completed, 9), task_on("robot-001", "running", 1), {})
-                .error()
-                .reason,
-            "WrongRobot");
-  EXPECT_EQ(status_write(report("robot-001", TaskRunState::running, 1), task_on("robot-001", "running", 1), {})
-                .error()
-                .reason,
-            "StaleSeq");
-  // What the bridge applied itself counts, even before its cache shows it.
-  EXPECT_EQ(status_write(report("robot-001", TaskRunState::running, 2), task_on("robot-001", "running", 1),
-                         AppliedStatus{3, crd::TaskState::running})
-                .error()
-                .reason,
-            "StaleSeq");
+TEST(TaskPatches, WrongRobotsAndLateRunningReportsAreRefusedForGood) {
+  auto wrong = judge_report(report("robot-002", TaskRunState::completed, 9), task_on("robot-001", "running", 1), {});
+  EXPECT_EQ(wrong.kind, Kind::refused);
+  EXPECT_EQ(wrong.refusal.reason, "WrongRobot");
   // Go K8s4r agents send no seq and a late running after the end.
+  auto late =
+      judge_report(report("robot-001", TaskRunState::running, std::nullopt), task_on("robot-001", "completed"), {});
+  EXPECT_EQ(late.kind, Kind::refused);
+  EXPECT_EQ(late.refusal.reason, "TaskFinished");
+  auto after_own = judge_report(report("robot-001", TaskRunState::running, std::nullopt),
+                                task_on("robot-001", "running"), AppliedStatus{std::nullopt, crd::TaskState::failed});
+  EXPECT_EQ(after_own.refusal.reason, "TaskFinished");
+  EXPECT_EQ(judge_report(report("robot-001", TaskRunState::running, 5), task_on("robot-001", "completed", 4), {}).kind,
+            Kind::refused);
+}
+
+TEST(TaskPatches, AReportSentAgainIsRecordedWithoutAWriteOnceItsSeqIsInTheTask) {
+  // The Task holds seq 1: a report up to it is confirmed at once.
+  EXPECT_EQ(judge_report(report("robot-001", TaskRunState::running, 1), task_on("robot-001", "running", 1), {}).kind,
+            Kind::recorded);
+  // What this bridge is still writing (seq 3) covers seq 2, but only once it is in.
+  auto pending = judge_report(report("robot-001", TaskRunState::running, 2), task_on("robot-001", "running", 1),
+                              AppliedStatus{3, crd::TaskState::running});
+  EXPECT_EQ(pending.kind, Kind::after_writes);
+  EXPECT_EQ(pending.refusal.reason, "StaleSeq");
+  // The end it holds, reported again with a new seq (a dispatch sent again is answered so).
   EXPECT_EQ(
-      status_write(report("robot-001", TaskRunState::running, std::nullopt), task_on("robot-001", "completed"), {})
-          .error()
-          .reason,
-      "TaskFinished");
-  EXPECT_EQ(status_write(report("robot-001", TaskRunState::running, std::nullopt), task_on("robot-001", "running"),
-                         AppliedStatus{std::nullopt, crd::TaskState::failed})
-                .error()
-                .reason,
-            "TaskFinished");
+      judge_report(report("robot-001", TaskRunState::completed, 5), task_on("robot-001", "completed", 4), {}).kind,
+      Kind::recorded);
+}
+
+TEST(TaskPatches, TheTrueEndOfATaskMarkedLostIsRecordedBesideItsStateWithAnEvent) {
+  json lost = task_on("robot-001", "failed", 1);
+  lost["status"]["reason"] = "Lost";
+  TaskStatus end = report("robot-001", TaskRunState::completed, 2);
+  end.exit_code = 0;
+  end.finished_at = kNow;
+  auto verdict = judge_report(end, lost, {});
+  ASSERT_EQ(verdict.kind, Kind::write);
+  const json& status = verdict.write.status_patch["status"];
+  EXPECT_FALSE(status.contains("state"));  // stays failed (Lost): its replacement stands
+  EXPECT_EQ(status["statusSeq"], 2);
+  EXPECT_EQ(status["endOnRobot"]["state"], "completed");
+  EXPECT_EQ(status["endOnRobot"]["exitCode"], 0);
+  EXPECT_EQ(status["endOnRobot"]["finishedAt"], format_rfc3339(kNow, TimePrecision::as_needed));
+  ASSERT_TRUE(verdict.write.event);
+  EXPECT_EQ(verdict.write.event->reason, "EndedOnRobot");
+  EXPECT_EQ(verdict.write.event->type, "Normal");
+  EXPECT_NE(verdict.write.event->message.find("stays Lost"), std::string::npos);
+  // Once recorded, the same end sent again changes nothing.
+  lost.merge_patch(verdict.write.status_patch);
+  EXPECT_EQ(judge_report(report("robot-001", TaskRunState::completed, 3), lost, {}).kind, Kind::recorded);
 }
 
 TEST(TaskPatches, WhatTheBridgeAppliedCountsUntilTheCacheCatchesUpThenTheCacheWins) {

@@ -45,6 +45,7 @@ inline const std::map<std::string, ExampleCodec>& example_codecs() {
       {"dispatch", codec_for(&parse_dispatch)},
       {"task-status", codec_for(&parse_task_status)},
       {"presence", codec_for(&parse_presence)},
+      {"ack", codec_for(&parse_ack)},
   };
   return codecs;
 }

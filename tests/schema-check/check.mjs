@@ -86,6 +86,7 @@ const topicSchemas = [
   [/^k8s4r\/robots\/([^/]+)\/tasks\/dispatch$/, "dispatch"],
   [/^k8s4r\/robots\/([^/]+)\/tasks\/([^/]+)\/status$/, "task-status"],
   [/^k8s4r\/robots\/([^/]+)\/presence$/, "presence"],
+  [/^k8s4r\/robots\/([^/]+)\/acks$/, "ack"],
 ];
 const protocolDoc = fs.readFileSync(path.join(root, "docs", "protocol.md"), "utf8");
 const documented = new Set();

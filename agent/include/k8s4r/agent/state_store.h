@@ -33,6 +33,7 @@
 #pragma once
 
 #include "k8s4r/agent/process.h"
+#include "k8s4r/common/messages.h"
 #include "k8s4r/common/result.h"
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,9 @@ struct QueuedReport {
   std::uint64_t id = 0;
   std::string topic;
   std::string payload;
+  std::string task_uid;
+  std::int64_t seq = 0;
+  TaskRunState state = TaskRunState::running;
 };
 
 class StateStore {
@@ -80,6 +85,7 @@ class StateStore {
   const std::map<std::string, StoredTask>& tasks() const { return tasks_; }
   const StoredTask* find(const std::string& uid) const;
   std::size_t queued_reports() const { return reports_.size(); }
+  bool queued(std::uint64_t report_id) const { return reports_.count(report_id) > 0; }
   std::size_t capacity() const { return capacity_; }
   std::size_t finished_tasks() const { return finished_; }
   // The highest seq recorded for any task, ever (forgetting a task does not
@@ -91,9 +97,10 @@ class StateStore {
   // wall clock, which a robot may set late or change; time the agent was
   // down does not count, so nothing is ever forgotten early.
   std::chrono::nanoseconds clock() const { return clock_; }
-  // The oldest queued reports, at most `limit`, in the order they were made;
-  // only those already committed unless `uncommitted_too`.
-  std::vector<QueuedReport> oldest(std::size_t limit, bool uncommitted_too = false) const;
+  // The oldest queued reports after the one with id `after` (0: from the
+  // first), at most `limit`, in the order they were made; only those already
+  // committed unless `uncommitted_too`.
+  std::vector<QueuedReport> oldest(std::size_t limit, bool uncommitted_too = false, std::uint64_t after = 0) const;
 
   // ---- changes: in memory at once, on disk at the next commit() ----
   void accept(const std::string& uid, const nlohmann::json& dispatch);
@@ -101,7 +108,7 @@ class StateStore {
   void set_process(const std::string& uid, const TaskProcess& process);
   // Records the task's report `seq` (its new last seq and last report) and
   // queues it for the broker; refused when the queue is full.
-  Result<std::uint64_t> report(const std::string& uid, std::int64_t seq, const std::string& topic,
+  Result<std::uint64_t> report(const std::string& uid, std::int64_t seq, TaskRunState state, const std::string& topic,
                                const std::string& payload);
   void finish(const std::string& uid, std::uint64_t order, std::chrono::nanoseconds clock);
   void forget(const std::string& uid);
@@ -114,8 +121,16 @@ class StateStore {
     std::vector<std::string> expired, evicted;
   };
   Forgotten forget_finished(std::chrono::nanoseconds cutoff, std::size_t keep);
-  // The broker has it: it leaves the queue.
+  // It was delivered: it leaves the queue.
   void acknowledge(std::uint64_t id);
+  // The bridge has recorded the task's report `seq` (or refused it for
+  // good): it and the task's earlier reports leave the queue. Returns how
+  // many left.
+  std::size_t confirm(const std::string& uid, std::int64_t seq);
+  // Tasks whose final report (completed or failed) is queued, with its seq
+  // and state, oldest first, at most `limit`; `more` is set when there are
+  // more than that.
+  std::vector<RunningTask> unconfirmed_ends(std::size_t limit, bool& more) const;
 
   // ---- durability ----
   bool has_staged() const { return !staged_.empty(); }
@@ -144,7 +159,8 @@ class StateStore {
   int fd_ = -1;
   std::map<std::string, StoredTask> tasks_;
   std::map<std::uint64_t, QueuedReport> reports_;
-  std::size_t finished_ = 0;  // tasks_ with finished_order != 0
+  std::map<std::string, std::set<std::uint64_t>> reports_by_task_;  // the ids queued for each task
+  std::size_t finished_ = 0;                                        // tasks_ with finished_order != 0
   std::int64_t last_seq_ = 0;
   std::chrono::nanoseconds clock_{0};
   std::uint64_t next_report_id_ = 1;

@@ -8,7 +8,8 @@
 //                   at once when running tasks, capacity or connection change;
 //   on_presence     the Connected condition, at once;
 //   on_task_status  a report: checked against the Task (assigned robot, seq,
-//                   finished), merged into /status, an Event recorded;
+//                   finished), merged into /status, an Event recorded, and
+//                   confirmed to its robot once Kubernetes has it (acks);
 //   dispatch        a Task that became dispatching is published to its robot,
 //                   again after --dispatch-resend-after without a report; a
 //                   Task being deleted is stopped on its robot, and released
@@ -29,6 +30,7 @@
 // messages through a bounded inbox (daemon/inbox.h).
 #pragma once
 
+#include "k8s4r/bridge/ack_sender.h"
 #include "k8s4r/bridge/config.h"
 #include "k8s4r/bridge/dynsec_commands.h"
 #include "k8s4r/bridge/kube_writer.h"
@@ -86,6 +88,7 @@ class Bridge {
     daemon::EventLoop::TimerId flush_timer = 0;
     std::optional<std::pair<Heartbeat, HeartbeatFacts>> unwritten;  // the newest heartbeat not yet written
     std::optional<std::chrono::steady_clock::time_point> resynced;  // its running Tasks last sent again
+    bool resend_dispatches_at_heartbeat = false;                    // a Go K8s4r agent just registered
   };
   struct TaskMemory {
     AppliedStatus applied;
@@ -131,12 +134,18 @@ class Bridge {
   // on_register.cpp
   void on_register(const Register& message);
   // on_heartbeat.cpp
-  void on_heartbeat(const Heartbeat& message);
+  // `acknowledge`: on the robot's own topic (our agent); Go K8s4r agents
+  // heartbeat on the shared topic and await no acknowledgement.
+  void on_heartbeat(const Heartbeat& message, bool acknowledge);
+  // Ended tasks a heartbeat lists whose end the Task already holds: the
+  // acknowledgement was lost, and is sent again.
+  void confirm_recorded_ends(const Heartbeat& message);
   void write_heartbeat(const std::string& robot_id, const char* reason);
   // on_presence.cpp
   void on_presence(const Presence& message);
   // on_task_status.cpp
   void on_task_status(const TaskStatus& report);
+  void confirm_report(const TaskStatus& report, ReportResult result, const Refusal& why = {});
   // dispatch.cpp
   void reconcile_task(const kube::ObjectPtr& task);
   void on_task_deleted(const kube::ObjectPtr& task);
@@ -144,6 +153,11 @@ class Bridge {
   void dispatch(const kube::ObjectPtr& task, bool resend);
   void schedule_resend(const std::string& uid, const std::string& name, std::chrono::nanoseconds delay);
   void resync_robot(const std::string& robot_id);
+  // Its Tasks still dispatching, sent again (a robot that subscribed late).
+  void resend_dispatching(const std::string& robot_id);
+  // A heartbeat from a robot the bridge has no Robot for: told (at most once
+  // per --dispatch-resend-after) to register again.
+  void tell_to_register(const std::string& robot_id);
   void stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running);
   void stop_on_robot(const kube::ObjectPtr& task);
   bool robot_gone(const std::string& robot_id) const;
@@ -172,12 +186,16 @@ class Bridge {
   Identities identities_;
   std::unique_ptr<KubeWriter> writer_;
   std::unique_ptr<mqtt::Link> link_;
+  std::unique_ptr<AckSender> acks_;
 
   // Messages between Paho's thread and the loop: at most this many wait, so
   // a burst waits in the broker, not in the bridge's heap.
   daemon::Inbox inbox_{8192};
   std::map<std::string, RobotMemory> robot_memory_;
   std::map<std::string, TaskMemory> task_memory_;  // by uid
+  // Robots without a Robot told to register again, and when (bounded: a
+  // flood of made-up ids cannot grow it without limit).
+  std::map<std::string, std::chrono::steady_clock::time_point> told_to_register_;
   std::chrono::milliseconds reconnect_delay_{500};
   bool started_link_ = false;
   bool stopping_ = false;

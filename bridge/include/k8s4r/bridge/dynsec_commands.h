@@ -4,7 +4,7 @@
 // from the robot's Secret (crd/robot_secret.h): user name = robot id,
 // password = its token, and a role of its own, k8s4r-robot-<id>, that lets it
 // publish only on its own register, heartbeat, presence and task status
-// topics and subscribe only to its own response and dispatch topics.
+// topics and subscribe only to its own response, dispatch and acks topics.
 // Mosquitto 2.0's roles cannot say "the client's own user name" (%u), hence
 // one role per robot.
 //
@@ -32,8 +32,12 @@ namespace k8s4r::bridge::dynsec {
 
 inline constexpr std::string_view kCommandTopic = "$CONTROL/dynamic-security/v1";
 inline constexpr std::string_view kResponseTopic = "$CONTROL/dynamic-security/v1/response";
-// The textname of every client the bridge manages.
-inline constexpr std::string_view kManagedMark = "k8s4r robot";
+// The textname of every client the bridge manages: kManagedMark for those
+// whose role has every topic of this version; kManagedMarkBeforeAcks for
+// those made before robots received acknowledgements, whose role is given
+// the acks topic (Action::upgrade) and their mark changed.
+inline constexpr std::string_view kManagedMark = "k8s4r robot (acks)";
+inline constexpr std::string_view kManagedMarkBeforeAcks = "k8s4r robot";
 
 std::string role_name(const std::string& robot_id);
 
@@ -48,10 +52,11 @@ struct Desired {
 struct Managed {
   std::string digest;    // of its token, from its textdescription; "" when unreadable
   std::string previous;  // of the token before the last rotation, "" when none
+  bool current = true;   // its role has every topic (kManagedMark)
   bool operator==(const Managed&) const = default;
 };
 
-enum class Action { none, create, rotate, remove };
+enum class Action { none, create, rotate, remove, upgrade };
 const char* to_string(Action action);
 
 // What to do for one robot.

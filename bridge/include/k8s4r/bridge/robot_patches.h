@@ -39,9 +39,11 @@ nlohmann::json register_status_patch(const Register& message, const nlohmann::js
 // the robot's next write slot.
 struct HeartbeatFacts {
   std::vector<std::string> running_tasks;  // sorted
-  std::string capacity;                    // capacity_text of the device info; "" when none was sent
-  bool connected = false;                  // the Robot says connected
-  std::string storage_error;               // "REASON: message" while the agent cannot store its state
+  std::vector<std::string> ended_tasks;    // sorted: ended, their end not yet confirmed to the robot
+  bool ended_tasks_truncated = false;
+  std::string capacity;       // capacity_text of the device info; "" when none was sent
+  bool connected = false;     // the Robot says connected
+  std::string storage_error;  // "REASON: message" while the agent cannot store its state
   bool operator==(const HeartbeatFacts&) const = default;
 };
 HeartbeatFacts facts_of(const Heartbeat& message);
@@ -59,7 +61,8 @@ std::optional<Timestamp> last_heartbeat_of(const nlohmann::json& robot);
 // hundred bytes; "" when `device_info` is not an object.
 std::string capacity_text(const nlohmann::json& device_info);
 
-// status: lastHeartbeatTime, runningTasks, deviceInfo when sent, the
+// status: lastHeartbeatTime, runningTasks, endedTasks (and
+// endedTasksTruncated), deviceInfo when sent, the
 // Connected condition when the Robot does not say connected (Go K8s4r
 // agents send no presence), and the StorageReady condition: False with the
 // agent's reason while its heartbeats carry storageError, True once they

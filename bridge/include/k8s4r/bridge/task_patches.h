@@ -32,7 +32,7 @@ struct AppliedStatus {
 
 struct TaskEvent {
   std::string type;    // Normal or Warning
-  std::string reason;  // Started, Restarted, Completed, Failed, Timeout, Cancelled
+  std::string reason;  // Started, Restarted, Completed, Failed, Timeout, Cancelled, EndedOnRobot
   std::string message;
 };
 
@@ -43,10 +43,27 @@ struct StatusWrite {
   std::optional<std::int64_t> seq;
 };
 
-// Refused: from a robot the Task is not assigned to (WrongRobot), with a seq
-// not above the last applied (StaleSeq), or for a Task already completed or
-// failed (TaskFinished).
-Decision<StatusWrite> status_write(const TaskStatus& report, const nlohmann::json& task, const AppliedStatus& applied);
+// What a report comes to, and when its robot is told (docs/protocol.md#ack).
+struct ReportVerdict {
+  enum class Kind {
+    write,         // write `write` into the Task; confirmed once the write is in
+    recorded,      // the Task already holds it (a seq as high, or the same end): confirmed now
+    after_writes,  // this bridge is writing a seq as high: confirmed once that write is in
+    refused,       // never to be recorded: `refusal` says why, and the robot is told so
+  };
+  Kind kind = Kind::write;
+  StatusWrite write;
+  Refusal refusal;  // refused; for recorded and after_writes, why nothing is written (for the log)
+};
+
+// Refused: from a robot the Task is not assigned to (WrongRobot); a
+// running report for a Task already completed or failed (TaskFinished).
+// Not written, but recorded: a seq not above the last applied (StaleSeq),
+// and an end reported again for a Task that ended. The true end of a Task
+// the manager marked Lost (its robot was out of contact) is written beside
+// its state, in status.endOnRobot, with an EndedOnRobot Event: the Task
+// stays failed (Lost) and its replacement is not disturbed.
+ReportVerdict judge_report(const TaskStatus& report, const nlohmann::json& task, const AppliedStatus& applied);
 
 // A core/v1 Event on the Task. Its name is derived from the Task, the
 // report's seq (or time) and the reason, so a retried create is the same

@@ -107,6 +107,8 @@ struct StorageError {
   bool operator==(const StorageError&) const = default;
 };
 inline constexpr std::size_t kMaxStorageErrorMessageCharacters = 1024;
+// A heartbeat lists at most this many ended tasks (about 80 bytes each).
+inline constexpr std::size_t kMaxEndedTasksListed = 1000;
 
 struct Heartbeat {
   std::string robot_id;
@@ -114,7 +116,15 @@ struct Heartbeat {
   std::optional<Timestamp> timestamp;      // absent from Go K8s4r agents
   std::vector<std::string> running_tasks;  // task uids
   bool lists_running_tasks = true;         // runningTasks was sent (Go K8s4r agents send null)
-  std::optional<DeviceInfo> device_info;   // Go K8s4r agents send it on every beat
+  // Tasks that ended on the robot whose final report the bridge has not
+  // confirmed yet (their state and the seq of that report): the robot knows
+  // how they ended, so none of them is lost.
+  std::vector<RunningTask> ended_tasks;
+  // More ended tasks wait for confirmation than a heartbeat lists
+  // (kMaxEndedTasksListed): none of this robot's tasks is judged lost by its
+  // absence meanwhile.
+  bool ended_tasks_truncated = false;
+  std::optional<DeviceInfo> device_info;  // Go K8s4r agents send it on every beat
   std::optional<StorageError> storage_error;
   bool operator==(const Heartbeat&) const = default;
 };
@@ -232,6 +242,38 @@ struct Presence {
   bool operator==(const Presence&) const = default;
 };
 
+// ---- Ack ----------------------------------------------------------------------------
+
+// What became of one status report: recorded in its Task (or a report of
+// the same task with a seq as high is), or refused for good (reason says
+// why: UnknownTask, WrongRobot, TaskFinished, Invalid).
+enum class ReportResult { recorded, refused };
+std::string_view to_string(ReportResult result);
+
+struct ReportAck {
+  std::string task_uid;
+  std::int64_t seq = 0;
+  ReportResult result = ReportResult::recorded;
+  std::string reason;   // refused only
+  std::string message;  // refused only, for people
+  bool operator==(const ReportAck&) const = default;
+};
+
+// k8s4r/robots/{robotId}/acks, bridge -> agent, QoS 1: the end-to-end
+// acknowledgement of what a robot sent. `reports` answers status reports
+// once the bridge has recorded them in Kubernetes (or will never);
+// `heartbeat` echoes the timestamp of a heartbeat the bridge received, so
+// the robot knows the bridge hears it.
+struct Ack {
+  std::string robot_id;
+  std::vector<ReportAck> reports;
+  std::optional<Timestamp> heartbeat;
+  std::optional<Timestamp> timestamp;
+  bool operator==(const Ack&) const = default;
+};
+// At most this many reports in one Ack (about 100 bytes each).
+inline constexpr std::size_t kMaxAcksPerMessage = 1000;
+
 // ---- Codecs ----------------------------------------------------------------------------
 
 Result<Register> parse_register(std::string_view payload);
@@ -240,6 +282,7 @@ Result<RegisterResponse> parse_register_response(std::string_view payload);
 Result<Dispatch> parse_dispatch(std::string_view payload);
 Result<TaskStatus> parse_task_status(std::string_view payload);
 Result<Presence> parse_presence(std::string_view payload);
+Result<Ack> parse_ack(std::string_view payload);
 
 std::string encode(const Register& message);
 std::string encode(const Heartbeat& message);
@@ -247,6 +290,7 @@ std::string encode(const RegisterResponse& message);
 std::string encode(const Dispatch& message);
 std::string encode(const TaskStatus& message);
 std::string encode(const Presence& message);
+std::string encode(const Ack& message);
 
 // The same as encode, as a JSON value (to embed or compare).
 nlohmann::json to_json_value(const Register& message);
@@ -257,5 +301,6 @@ nlohmann::json to_json_value(const RegisterResponse& message);
 nlohmann::json to_json_value(const Dispatch& message);
 nlohmann::json to_json_value(const TaskStatus& message);
 nlohmann::json to_json_value(const Presence& message);
+nlohmann::json to_json_value(const Ack& message);
 
 }  // namespace k8s4r

@@ -35,4 +35,10 @@ Result<Timestamp> parse_rfc3339(std::string_view text);
 
 std::string format_rfc3339(Timestamp time, TimePrecision precision = TimePrecision::seconds);
 
+// to - from, never negative, saturating: resource times span the years 1678
+// to 2262, whose distance does not fit in 64-bit nanoseconds.
+std::chrono::nanoseconds elapsed(Timestamp from, Timestamp to);
+// time + delay, saturating (a user's "2000000h" must not wrap around).
+Timestamp later_by(Timestamp time, std::chrono::nanoseconds delay);
+
 }  // namespace k8s4r

@@ -1,8 +1,8 @@
 // The MQTT topics of the k8s4r wire contract (docs/protocol.md).
 //
 // The shared register and heartbeat topics and the per-robot response,
-// dispatch and status topics are fixed by existing K8s4r deployments; presence
-// and the per-robot register and heartbeat topics are ours: every message a
+// dispatch and status topics are fixed by existing K8s4r deployments;
+// presence, acks and the per-robot register and heartbeat topics are ours: every message a
 // robot sends then names the robot in its topic, so the broker can confine a
 // robot to its own topics (docs/security.md). Builders validate the identifiers they put into a topic, so no caller
 // can publish to a topic a '+', '#' or '/' would change. parse_topic is the
@@ -43,8 +43,10 @@ Result<std::string> task_status(std::string_view robot_id, std::string_view task
 Result<std::string> task_status_filter(std::string_view robot_id);
 // k8s4r/robots/{robotId}/presence
 Result<std::string> presence(std::string_view robot_id);
+// k8s4r/robots/{robotId}/acks
+Result<std::string> acks(std::string_view robot_id);
 
-enum class TopicKind { register_robot, heartbeat, response, dispatch, task_status, presence };
+enum class TopicKind { register_robot, heartbeat, response, dispatch, task_status, presence, acks };
 
 struct ParsedTopic {
   TopicKind kind;

@@ -14,6 +14,7 @@
 //   job_controller         a Job's TaskGroups, and its status from theirs
 //   task_group_controller  a group's slots: Tasks created, lost ones marked,
 //                          failed ones replaced per reschedulePolicy, status
+//   task_controller        Tasks of their own: sent to their robot, lost ones marked
 //   scheduler              a replica's unplaced Tasks onto one robot, from
 //                          the RobotLoad cache, never a scan of Tasks
 //
@@ -38,6 +39,7 @@
 #include "k8s4r/manager/robot_load.h"
 #include "k8s4r/manager/templates.h"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -87,9 +89,14 @@ class Manager {
   };
 
   // manager.cpp: wiring, queues, workers, metrics, writes.
+  std::array<Controller*, 4> controllers() {
+    return {&robot_controller_, &job_controller_, &group_controller_, &task_controller_};
+  }
   void add_handlers();
   void run_worker(Controller& controller);
   void enqueue_group_of_task(const nlohmann::json& task);
+  // namespace/name of the TaskGroup that owns a Task, "" for a Task of its own.
+  static std::string owner_group(const nlohmann::json& task);
   // The groups with unfinished Tasks on a robot; and every system group
   // when what fits on it may have changed.
   void enqueue_groups_on_robot(const std::string& robot_key, bool with_system_groups);
@@ -112,6 +119,8 @@ class Manager {
   // job_controller.cpp
   Outcome reconcile_job(const std::string& key);
 
+  // task_controller.cpp: Tasks no TaskGroup owns (plan_task.h).
+  Outcome reconcile_task(const std::string& key);
   // task_group_controller.cpp: read the caches, plan (plan_group.h), apply.
   Outcome reconcile_group(const std::string& key);
   GroupView view_of_group(const std::string& namespace_, const std::string& name);
@@ -145,7 +154,7 @@ class Manager {
 
   std::unique_ptr<kube::Informer> robots_, secrets_, jobs_, groups_, tasks_;
   std::unique_ptr<kube::EventRecorder> events_;
-  Controller robot_controller_, job_controller_, group_controller_;
+  Controller robot_controller_, job_controller_, group_controller_, task_controller_;
   RobotLoad load_;
 
   std::mutex lifecycle_mutex_;  // lead() and stop(): workers start only before a stop
@@ -167,6 +176,9 @@ class Manager {
   // Running Tasks (by uid) their robot's heartbeats have stopped listing:
   // the first such heartbeat's time. Lost after --disconnect-grace of them.
   std::map<std::string, Timestamp> missing_since_;
+  // Tasks (by uid) seen dispatching with nothing on them saying since when:
+  // when this manager first saw them so (their dispatch timeout's start).
+  std::map<std::string, Timestamp> seen_dispatching_;
 
   std::atomic<bool> leading_{false}, stopping_{false};
 };

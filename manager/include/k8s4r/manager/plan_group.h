@@ -21,6 +21,7 @@
 
 #include "k8s4r/common/rfc3339.h"
 #include "k8s4r/manager/placement.h"
+#include "k8s4r/manager/task_liveness.h"
 
 #include <nlohmann/json.hpp>
 
@@ -32,10 +33,6 @@
 #include <vector>
 
 namespace k8s4r::manager {
-
-// The annotation that records when the manager placed a Task (RFC 3339):
-// the start of its dispatch timeout when the bridge has not sent it yet.
-inline constexpr const char* kScheduledAtAnnotation = "robot.k8s4r.io/scheduled-at";
 
 // What one reconcile of a TaskGroup sees.
 struct GroupView {
@@ -51,6 +48,8 @@ struct GroupView {
   std::chrono::nanoseconds disconnect_grace{0};
   // Running Tasks (by uid) their robot's heartbeats have stopped listing: since when.
   std::map<std::string, Timestamp> missing_since;
+  // Tasks (by uid) seen dispatching with nothing on them saying since when: first seen then.
+  std::map<std::string, Timestamp> seen_dispatching;
   // Tasks (namespace/name) this manager created, or set dispatching, that
   // the cache does not show so yet: never made again from a stale cache.
   std::set<std::string> expected_creates, expected_dispatches;
@@ -96,6 +95,8 @@ struct GroupPlan {
   std::vector<std::string> reschedules;  // why each replaced Task ended: lost, failed or completed
   // Changes to GroupView::missing_since: a time to remember, or none to forget.
   std::map<std::string, std::optional<Timestamp>> missing_since;
+  // Tasks first seen dispatching now (GroupView::seen_dispatching).
+  std::map<std::string, Timestamp> seen_dispatching;
   std::optional<std::chrono::nanoseconds> requeue_after;  // look again then: time alone changes the verdict
   // The group's status as its Tasks say, with the replicas being
   // rescheduled counted as pending.

@@ -1,0 +1,49 @@
+#include "k8s4r/bridge/ack_sender.h"
+
+#include "k8s4r/common/topics.h"
+
+namespace k8s4r::bridge {
+
+void AckSender::report(const std::string& robot_id, ReportAck ack) {
+  waiting_[robot_id].reports.push_back(std::move(ack));
+  schedule();
+}
+
+void AckSender::heartbeat(const std::string& robot_id, std::optional<Timestamp> sent_at) {
+  Waiting& waiting = waiting_[robot_id];
+  waiting.heartbeat_seen = true;
+  if (sent_at) waiting.heartbeat = sent_at;
+  schedule();
+}
+
+void AckSender::schedule() {
+  if (timer_ == 0) {
+    timer_ = loop_.after(kDelay, [this] {
+      timer_ = 0;
+      flush();
+    });
+  }
+}
+
+void AckSender::flush() {
+  auto waiting = std::move(waiting_);
+  waiting_.clear();
+  for (auto& [robot_id, what] : waiting) {
+    auto topic = topics::acks(robot_id);
+    if (!topic) continue;
+    std::size_t next = 0;
+    do {
+      Ack ack;
+      ack.robot_id = robot_id;
+      ack.timestamp = loop_.clock().wall();
+      if (next == 0 && what.heartbeat_seen) ack.heartbeat = what.heartbeat.value_or(*ack.timestamp);
+      const std::size_t end = std::min(what.reports.size(), next + kMaxAcksPerMessage);
+      ack.reports.assign(std::make_move_iterator(what.reports.begin() + static_cast<std::ptrdiff_t>(next)),
+                         std::make_move_iterator(what.reports.begin() + static_cast<std::ptrdiff_t>(end)));
+      next = end;
+      publish_(topic.value(), encode(ack));
+    } while (next < what.reports.size());
+  }
+}
+
+}  // namespace k8s4r::bridge

@@ -1,0 +1,65 @@
+// The Task controller: Tasks of their own (no TaskGroup owns them), read,
+// planned with plan_task (pure), written. A TaskGroup's Tasks are its
+// controller's (task_group_controller.cpp).
+#include "k8s4r/manager/manager.h"
+
+#include "k8s4r/crd/resources.h"
+#include "k8s4r/manager/plan_task.h"
+
+#include <spdlog/spdlog.h>
+
+namespace k8s4r::manager {
+
+using nlohmann::json;
+
+Manager::Outcome Manager::reconcile_task(const std::string& key) {
+  Outcome outcome;
+  const auto slash = key.find('/');
+  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  const kube::ObjectPtr task = tasks_->get(ns, name);
+  if (!task || !owner_group(*task).empty()) return outcome;
+  const crd::TaskView view = crd::read_task(*task);
+  LivenessInputs inputs;
+  const kube::ObjectPtr robot = view.target_robot.empty() ? nullptr : robots_->get(ns, view.target_robot);
+  if (robot) inputs.robot = robot.get();
+  inputs.now = now();
+  inputs.dispatch_timeout = config_.dispatch_timeout;
+  inputs.disconnect_grace = config_.disconnect_grace;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto since = missing_since_.find(view.uid); since != missing_since_.end()) inputs.missing_since = since->second;
+    if (auto seen = seen_dispatching_.find(view.uid); seen != seen_dispatching_.end())
+      inputs.seen_dispatching = seen->second;
+  }
+  const TaskPlan plan = plan_task(*task, inputs);
+  {
+    std::lock_guard lock(mutex_);
+    if (plan.liveness.missing_since) {
+      if (*plan.liveness.missing_since)
+        missing_since_[view.uid] = **plan.liveness.missing_since;
+      else
+        missing_since_.erase(view.uid);
+    }
+    if (plan.liveness.seen_dispatching) seen_dispatching_.emplace(view.uid, *plan.liveness.seen_dispatching);
+  }
+  if (plan.liveness.recheck) outcome.after(*plan.liveness.recheck);
+  if (!plan.status) return outcome;
+  // Conditional on the version judged: a report that came in meanwhile wins.
+  const json patch = {{"metadata", {{"resourceVersion", crd::string_at(*task, {"metadata", "resourceVersion"})}}},
+                      {"status", *plan.status}};
+  auto written = counted("patch_status", client_.merge_patch(crd::kTasks, ns, name, patch, true));
+  if (!written) {
+    if (written.error().not_found() || written.error().conflict()) return outcome;  // judged again from the event
+    spdlog::warn("task {}: {}", key, written.error().to_string());
+    outcome.failed = true;
+    return outcome;
+  }
+  if (plan.liveness.lost) {
+    spdlog::warn("task {} lost: {}", key, *plan.liveness.lost);
+    metrics_.add("k8s4r_manager_lost_tasks_total");
+  }
+  if (plan.event) record(written.value(), plan.event->type, plan.event->reason, plan.event->message);
+  return outcome;
+}
+
+}  // namespace k8s4r::manager
