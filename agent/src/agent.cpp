@@ -4,6 +4,7 @@
 #include "dispatch_intake.h"
 #include "durability.h"
 #include "k8s4r/agent/artifacts.h"
+#include "k8s4r/agent/contact_lease.h"
 #include "k8s4r/agent/state_store.h"
 #include "k8s4r/daemon/inbox.h"
 #include "recovery.h"
@@ -50,6 +51,7 @@ struct Agent::Parts {
         store(open_store(config)),
         run_clock(store->clock(), loop.clock()),
         inbox(kMaxWaitingBytes),
+        contact(config.work_dir, loop.clock()),
         link(make_link(link_events(loop))),
         durability(*store, loop,
                    {[this](const Result<void>& outcome) {
@@ -64,11 +66,19 @@ struct Agent::Parts {
         retention(config, tasks, *store, durability, work_dir, run_clock, loop),
         intake(tasks, *store, lifecycle, retention),
         recovery(config, tasks, *store, *runner, lifecycle, work_dir, loop.clock()),
-        session(
-            config, loop, *link, robot_report(),
-            {[this] { reports.on_connected(); }, [this] { reports.on_disconnected(); },
-             [this] { reports.on_bridge_back(); }, [this](const std::string& payload) { intake.on_dispatch(payload); },
-             [this](const Ack& ack) { reports.on_ack(ack); }, hooks.notify}) {}
+        session(config, loop, *link, robot_report(), session_listener(hooks)) {}
+
+  SessionListener session_listener(const AgentHooks& hooks) {
+    SessionListener listener;
+    listener.up = [this] { reports.on_connected(); };
+    listener.down = [this] { reports.on_disconnected(); };
+    listener.registered = [this] { reports.on_bridge_back(); };
+    listener.dispatch = [this](const std::string& payload) { intake.on_dispatch(payload); };
+    listener.ack = [this](const Ack& ack) { reports.on_ack(ack); };
+    listener.heard = [this] { contact.heard(); };
+    listener.notify = hooks.notify;
+    return listener;
+  }
 
   mqtt::LinkEvents link_events(daemon::EventLoop& loop) {
     mqtt::LinkEvents events;
@@ -141,6 +151,7 @@ struct Agent::Parts {
   RunClock run_clock;
   // Backpressure on received messages: a burst waits in the broker, not here.
   daemon::Inbox inbox;
+  ContactLease contact;  // when the bridge was last heard from, for the tasks' shims
   std::unique_ptr<mqtt::Link> link;
   TaskTable tasks;
   Durability durability;

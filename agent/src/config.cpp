@@ -58,6 +58,11 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
        [&c](const std::string& v) { return daemon::parse_labels(v, c.labels); }, true},
       {"kill-timeout", "grace between SIGTERM and SIGKILL when a task sets none (5s)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.default_kill_timeout); }},
+      {"disconnect-stop-after",
+       "a task whose spec.disconnect says nothing is stopped after this long without word from the bridge, as the "
+       "manager then runs it elsewhere; a Go duration, 0s: never (2m; the manager's --disconnect-stop-after must "
+       "say the same)",
+       [&c](const std::string& v) { return daemon::parse_non_negative_duration(v, c.disconnect_stop_after); }},
       {"max-log-bytes", "cap on each task's stdout and stderr files",
        [&c](const std::string& v) { return daemon::parse_positive_size(v, c.max_log_bytes); }},
       {"max-queued-reports", "status reports held on disk while the broker is unreachable",

@@ -12,6 +12,8 @@ std::string to_string(StopReason reason) {
       return "Cancelled";
     case StopReason::shutdown:
       return "AgentShutdown";
+    case StopReason::disconnected:
+      return "Disconnected";
   }
   return "Unknown";
 }

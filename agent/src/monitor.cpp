@@ -116,6 +116,8 @@ void Monitor::learn_status(Ended& ended) {
   exit.status_known = true;
   exit.status = ExitStatus{record.value().exit_code, record.value().signal};
   exit.leftovers = record.value().leftovers;
+  // Its shim stopped it: its robot had been cut off from the bridge too long.
+  if (record.value().disconnected && !exit.stopped_by) exit.stopped_by = StopReason::disconnected;
 }
 
 void Monitor::watch(const std::string& task_uid, Child child, SteadyTime started,

@@ -154,6 +154,13 @@ std::string handoff_for(const ProcessSpec& spec, const ShimSpec& shim) {
     }
     args.insert(args.end(), {"--user", user});
   }
+  if (!shim.contact_file.empty() && shim.stop_after.count() > 0) {
+    const auto ms = [](std::chrono::nanoseconds d) {
+      return std::to_string(std::max<long long>(1, std::chrono::ceil<std::chrono::milliseconds>(d).count()));
+    };
+    args.insert(args.end(), {"--contact-file", shim.contact_file, "--stop-after", ms(shim.stop_after), "--kill-after",
+                             ms(shim.kill_after)});
+  }
   args.insert(args.end(), {"--", spec.command});
   args.insert(args.end(), spec.args.begin(), spec.args.end());
   for (const auto& [key, value] : spec.env) handoff.env.push_back(key + "=" + value);

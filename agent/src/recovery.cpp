@@ -48,7 +48,19 @@ void Recovery::restore() {
       task.restarts = RestartTracker(std::nullopt);  // its user is gone: it cannot start again
     }
 
-    const TaskProcess& process = entry.process;
+    TaskProcess process = entry.process;
+    bool unrecorded = false;
+    if (dispatch && process.pid == 0) {
+      // Started just before the earlier agent died, too late to be recorded:
+      // found by its marks and watched again, never killed and run twice.
+      const std::int64_t run = task.last_report ? task.last_report->restart_count : 0;
+      if (auto found = runner_.find_unrecorded(uid, run)) {
+        process = *found;
+        unrecorded = true;
+        spdlog::warn("task {}: its process (pid {}, shim pid {}) started before the earlier agent recorded it", uid,
+                     process.pgid, process.pid);
+      }
+    }
     std::string unwatched;
     if (dispatch && process.pid > 0 && runner_.still_runs(process)) {
       // Watch it again until it ends; its timeout still counts from its start.
@@ -58,9 +70,15 @@ void Recovery::restore() {
       const auto kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);
       auto adopted = runner_.adopt(uid, process, started, task.spec.timeout, kill_timeout);
       if (adopted) {
+        keep.push_back(process);
+        if (unrecorded) {
+          // As if its start had just been answered: recorded, and reported running.
+          task.phase = Phase::starting;
+          lifecycle_.on_started(uid, process);
+          continue;
+        }
         task.phase = Phase::running;
         task.process = process;
-        keep.push_back(process);
         if (process.exit_file.empty()) {
           spdlog::info("task {}: pid {} still runs; watching it again", uid, process.pid);
         } else {
@@ -89,7 +107,8 @@ void Recovery::restore() {
         !unwatched.empty() ? "the agent restarted and could not watch the task again (" + unwatched + "); it was killed"
         : process.pid > 0  ? "the agent restarted and the task's process (pid " + std::to_string(process.pid) +
                                 ") had ended meanwhile; its exit code is unknown"
-                          : "the agent restarted before the task's process started";
+                          : "the agent restarted before it had recorded the task's process; whatever of it had "
+                            "started was killed";
     status.logs_tail = work_dir_.logs_tail(uid);
     spdlog::warn("task {}: {}", uid, status.message);
     lifecycle_.finish(task, status);

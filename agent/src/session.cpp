@@ -143,8 +143,15 @@ void Session::send_heartbeat() {
   beat.storage_error = report_.storage_error();
   const std::string topic =
       config_.legacy_topics ? std::string(topics::kHeartbeat) : topics::robot_heartbeat(config_.robot_id).value();
-  link_.publish(topic, encode(beat), 1, false, [](bool ok, const std::string& error) {
+  link_.publish(topic, encode(beat), 1, false, [this, generation = generation_](bool ok, const std::string& error) {
     if (!ok) spdlog::warn("publishing heartbeat failed: {}", error);
+    // A Go K8s4r server sends no Ack: the broker taking a heartbeat is all
+    // the contact there is.
+    if (ok && config_.legacy_topics) {
+      loop_.post([this, generation] {
+        if (generation == generation_ && listener_.heard) listener_.heard();
+      });
+    }
   });
   heartbeat_timer_ = loop_.after(config_.heartbeat_interval, [this] { send_heartbeat(); });
 }
@@ -168,6 +175,7 @@ void Session::on_message(const std::string& topic, const std::string& payload) {
       on_register_response(payload);
       break;
     case topics::TopicKind::dispatch:
+      if (listener_.heard) listener_.heard();
       if (listener_.dispatch) listener_.dispatch(payload);
       break;
     case topics::TopicKind::acks: {
@@ -177,6 +185,7 @@ void Session::on_message(const std::string& topic, const std::string& payload) {
                      ack ? "it names robot " + ack.value().robot_id : ack.error().to_string());
         return;
       }
+      if (listener_.heard) listener_.heard();
       if (listener_.ack) listener_.ack(ack.value());
       break;
     }
@@ -195,6 +204,7 @@ void Session::on_register_response(const std::string& payload) {
     spdlog::warn("ignoring a register response for robot {}", response.value().robot_id);
     return;
   }
+  if (listener_.heard) listener_.heard();
   if (!response.value().success) {
     spdlog::warn("the bridge refused registration: {}; trying again", response.value().message);
     if (registered_) {

@@ -37,7 +37,10 @@ struct SessionListener {
   std::function<void()> down;  // the connection is gone
   std::function<void()> registered;
   std::function<void(const std::string& payload)> dispatch;
-  std::function<void(const Ack& ack)> ack;         // the bridge's acknowledgements
+  std::function<void(const Ack& ack)> ack;  // the bridge's acknowledgements
+  // The bridge was heard from (contact_lease.h): an Ack, a dispatch, a
+  // register response; with legacy-topics, a heartbeat the broker took.
+  std::function<void()> heard;
   std::function<void(const std::string&)> notify;  // sd_notify
 };
 

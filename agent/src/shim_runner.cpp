@@ -5,6 +5,7 @@
 // no agent watches it is still reported with its true exit code.
 #include "k8s4r/agent/task_runner.h"
 
+#include "k8s4r/agent/contact_lease.h"
 #include "k8s4r/agent/spare_shims.h"
 #include "k8s4r/agent/task_cgroups.h"
 #include "k8s4r/common/files.h"
@@ -50,6 +51,9 @@ class ShimRunner final : public TaskRunner {
     // One record per run: a run's record may still wait for the commit that
     // makes its end durable when the next run starts.
     shim.exit_file = exits_dir_ + "/" + request.task_uid + "." + std::to_string(request.run) + ".json";
+    shim.contact_file = contact_file(work_dir_);
+    shim.stop_after = request.stop_after_disconnect;
+    shim.kill_after = request.kill_timeout;
     ::unlink(shim.exit_file.c_str());
     Result<TaskProcess> process = Error{"command", "not started"};
     if (cgroups_) {
@@ -89,6 +93,52 @@ class ShimRunner final : public TaskRunner {
     return processes.pid > 0 && same_process_running(processes.pid, processes.start);
   }
 
+  std::optional<TaskProcess> find_unrecorded(const std::string& task_uid, std::int64_t run) override {
+    // The task's main process: it leads its own process group, carries this
+    // work dir's mark and its uid, and its parent is a task shim.
+    const std::string mark = "K8S4R_AGENT_WORK_DIR=" + work_dir_;
+    const std::string uid_mark = "K8S4R_TASK_UID=" + task_uid;
+    DIR* proc = opendir("/proc");
+    if (!proc) return std::nullopt;
+    std::optional<TaskProcess> found;
+    while (dirent* item = readdir(proc)) {
+      char* end = nullptr;
+      const long pid = std::strtol(item->d_name, &end, 10);
+      if (*end != '\0' || pid <= 0 || getpgid(static_cast<pid_t>(pid)) != pid) continue;
+      const auto read = read_file("/proc/" + std::string(item->d_name) + "/environ");
+      if (!read) continue;
+      bool ours = false, its = false;
+      for (std::size_t start = 0; start < read.value().size();) {
+        std::size_t stop = read.value().find('\0', start);
+        if (stop == std::string::npos) stop = read.value().size();
+        const std::string_view variable(read.value().data() + start, stop - start);
+        ours |= variable == mark;
+        its |= variable == uid_mark;
+        start = stop + 1;
+      }
+      if (!ours || !its) continue;
+      const auto status = read_file("/proc/" + std::string(item->d_name) + "/status");
+      if (!status) continue;
+      const auto at = status.value().find("\nPPid:");
+      if (at == std::string::npos) continue;
+      const pid_t shim = static_cast<pid_t>(std::strtol(status.value().c_str() + at + 6, nullptr, 10));
+      const auto comm = read_file("/proc/" + std::to_string(shim) + "/comm");
+      if (shim <= 1 || !comm || comm.value().rfind("k8s4r-task-shim", 0) != 0) continue;
+      TaskProcess process;
+      process.pid = shim;
+      process.start = process_start_time(shim).value_or(0);
+      process.pgid = static_cast<pid_t>(pid);
+      process.task_start = process_start_time(process.pgid).value_or(0);
+      if (cgroups_ && ::access(cgroups_->path_of(task_uid).c_str(), F_OK) == 0)
+        process.cgroup = cgroups_->path_of(task_uid);
+      process.exit_file = exits_dir_ + "/" + task_uid + "." + std::to_string(run) + ".json";
+      found = process;
+      break;
+    }
+    closedir(proc);
+    return found;
+  }
+
   void kill_unwatched(const TaskProcess& processes) override {
     kill_remains(processes);
     if (!processes.exit_file.empty()) ::kill(processes.pid, SIGKILL);
@@ -110,6 +160,7 @@ class ShimRunner final : public TaskRunner {
     if (record) {
       exit.status = ExitStatus{record.value().exit_code, record.value().signal};
       exit.leftovers = record.value().leftovers;
+      if (record.value().disconnected) exit.stopped_by = StopReason::disconnected;
       spdlog::info("task {}: ended while the agent was away ({})", task_uid, describe_exit(exit.status));
       return exit;
     }

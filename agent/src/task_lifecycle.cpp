@@ -150,6 +150,7 @@ void TaskLifecycle::start_run(AgentTask& task) {
   request.run = task.restart_count();
   request.timeout = task.spec.timeout;
   request.kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);
+  request.stop_after_disconnect = stop_after_disconnect(task);
   runner_.start(std::move(request));
 }
 
@@ -253,6 +254,11 @@ void TaskLifecycle::on_exit(const TaskExit& exit) {
             ? "did not stop " + format_go_duration(kill_timeout) + " after SIGTERM at its " +
                   format_go_duration(*task.spec.timeout) + " timeout; killed"
             : "stopped at its " + format_go_duration(*task.spec.timeout) + " timeout, " + describe_exit(exit.status);
+  } else if (stopped_by == StopReason::disconnected) {
+    status.message = "stopped on the robot after " + format_go_duration(stop_after_disconnect(task)) +
+                     " without word from the bridge (disconnect.stopOnRobotAfter), as the manager runs it "
+                     "elsewhere then; " +
+                     describe_exit(exit.status);
   } else if (stopped_by) {
     status.message = "stopped (" + to_string(*stopped_by) + "), " + describe_exit(exit.status);
   }
@@ -300,6 +306,12 @@ void TaskLifecycle::finish(AgentTask& task, TaskStatus status) {
   task.dispatch = nullptr;
   task.spec = TaskSpec{};
   if (on_finished) on_finished(task);
+}
+
+std::chrono::nanoseconds TaskLifecycle::stop_after_disconnect(const AgentTask& task) const {
+  if (task.spec.disconnect && task.spec.disconnect->stop_on_robot_after)
+    return *task.spec.disconnect->stop_on_robot_after;
+  return config_.disconnect_stop_after;
 }
 
 void TaskLifecycle::cap_logs() {

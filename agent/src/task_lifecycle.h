@@ -85,6 +85,8 @@ class TaskLifecycle {
   void begin(AgentTask& task);
   void start_run(AgentTask& task);
   bool hand_over(AgentTask& task);
+  // The task's disconnect.stopOnRobotAfter, else the agent's default (0: never).
+  std::chrono::nanoseconds stop_after_disconnect(const AgentTask& task) const;
 
   const AgentConfig& config_;
   TaskTable& tasks_;

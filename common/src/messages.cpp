@@ -162,6 +162,13 @@ TaskSpec read_task_spec(ObjectReader& r) {
     policy.mode = p.optional_enum("mode", {"fail", "delay"});
     spec.restart_policy = std::move(policy);
   });
+  r.optional_object("disconnect", [&](ObjectReader& d) {
+    Disconnect disconnect;
+    disconnect.stop_on_robot_after = d.optional_duration("stopOnRobotAfter");
+    disconnect.lost_after = d.optional_duration("lostAfter");
+    disconnect.replace = d.optional_bool("replace");
+    spec.disconnect = std::move(disconnect);
+  });
   r.optional_object_array("artifacts", [&](ObjectReader& a) {
     Artifact artifact;
     artifact.getter_source = a.required_string("getterSource", check_not_empty);
@@ -277,6 +284,15 @@ json task_spec_json(const TaskSpec& spec) {
     j["restartPolicy"] = policy;
   } else {
     j.erase("restartPolicy");
+  }
+  if (spec.disconnect) {
+    json disconnect = json::object();
+    put_duration(disconnect, "stopOnRobotAfter", spec.disconnect->stop_on_robot_after);
+    put_duration(disconnect, "lostAfter", spec.disconnect->lost_after);
+    put_optional(disconnect, "replace", spec.disconnect->replace);
+    j["disconnect"] = disconnect;
+  } else {
+    j.erase("disconnect");
   }
   if (spec.artifacts.empty()) {
     j.erase("artifacts");

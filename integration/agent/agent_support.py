@@ -110,8 +110,9 @@ def alive(pid):
 
 
 class AgentProcess:
-    def __init__(self, broker, work_dir, robot=ROBOT, extra=()):
+    def __init__(self, broker, work_dir, robot=ROBOT, extra=(), env=None):
         self.broker = broker
+        self.env = dict(env or {})  # more environment: LD_PRELOAD of faketime, say
         self.work_dir = pathlib.Path(work_dir)
         self.robot = robot
         self.extra = list(extra)
@@ -120,6 +121,7 @@ class AgentProcess:
 
     def start(self, *more):
         env = {k: v for k, v in os.environ.items() if not k.startswith("K8S4R_")}
+        env.update(self.env)
         command = [binary("k8s4r-agent"), "--broker-url", self.broker.url, "--robot-id", self.robot,
                    "--work-dir", str(self.work_dir), "--heartbeat-interval", "1s", "--log-level", "debug",
                    *self.extra, *more]

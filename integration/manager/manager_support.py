@@ -17,8 +17,10 @@ from bridge_support import BridgeProcess, DaemonProcess, apply_bridge_rbac, appl
 from conftest import SecureBroker, binary, free_port, make_tls_files, wait_until  # noqa: E402
 
 DEPLOY = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "manager"
-# Fast clocks for tests: a robot is Offline 3 s after its broker connection drops.
+# Fast clocks for tests: a robot is Offline 3 s after its broker connection drops; a task whose robot is out of
+# contact is stopped there after 4 s (the agents below say the same) and lost after 4 s + its killTimeout + 2 s.
 FAST = ["--robot-offline-after", "8s", "--disconnect-grace", "3s", "--dispatch-timeout", "10s",
+        "--disconnect-stop-after", "4s", "--disconnect-margin", "2s",
         "--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s",
         "--leader-election-retry-period", "500ms"]
 
@@ -97,7 +99,8 @@ def robots(tmp_path, broker, bridge, sim):
     made = []
 
     def start(name, labels="", extra=()):
-        args = ["--token", f"token-{name}", *(["--labels", labels] if labels else []), *extra]
+        args = ["--token", f"token-{name}", "--disconnect-stop-after", "4s", *(["--labels", labels] if labels else []),
+                *extra]
         broker.add_robot(name, f"token-{name}")
         agent = AgentProcess(broker, tmp_path / f"work-{name}", name, args)
         agent.start()

@@ -40,6 +40,14 @@ std::vector<daemon::Setting> settings(ManagerConfig& c) {
        duration(c.disconnect_grace)},
       {"dispatch-timeout", "a Task still dispatching this long is rescheduled, a Go duration (2m)",
        duration(c.dispatch_timeout)},
+      {"disconnect-stop-after",
+       "a Task whose spec.disconnect says nothing is stopped by its robot after this long out of contact; the "
+       "agents' disconnect-stop-after must say the same (2m; 0s: never)",
+       [&c](const std::string& v) { return daemon::parse_non_negative_duration(v, c.disconnect_stop_after); }},
+      {"disconnect-margin",
+       "added to a Task's stop window and killTimeout for its default lostAfter: the bridge's heartbeat write "
+       "interval and clock skew (90s)",
+       duration(c.disconnect_margin)},
       {"leader-elect", "run only while holding the Lease k8s4r-manager, so one of several managers acts (true)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.leader_elect); }},
       {"leader-election-identity", "this manager's name in the Lease (default: host name and a random suffix)",

@@ -59,6 +59,8 @@ std::optional<std::string> lost_reason(const GroupView& view, const json& task, 
   inputs.now = view.now;
   inputs.dispatch_timeout = view.dispatch_timeout;
   inputs.disconnect_grace = view.disconnect_grace;
+  inputs.disconnect_stop_after = view.disconnect_stop_after;
+  inputs.disconnect_margin = view.disconnect_margin;
   if (auto since = view.missing_since.find(t.uid); since != view.missing_since.end())
     inputs.missing_since = since->second;
   if (auto seen = view.seen_dispatching.find(t.uid); seen != view.seen_dispatching.end())

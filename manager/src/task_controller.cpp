@@ -25,6 +25,8 @@ Manager::Outcome Manager::reconcile_task(const std::string& key) {
   inputs.now = now();
   inputs.dispatch_timeout = config_.dispatch_timeout;
   inputs.disconnect_grace = config_.disconnect_grace;
+  inputs.disconnect_stop_after = config_.disconnect_stop_after;
+  inputs.disconnect_margin = config_.disconnect_margin;
   {
     std::lock_guard lock(mutex_);
     if (auto since = missing_since_.find(view.uid); since != missing_since_.end()) inputs.missing_since = since->second;

@@ -23,6 +23,8 @@ GroupView Manager::view_of_group(const std::string& ns, const std::string& name)
   view.now = now();
   view.dispatch_timeout = config_.dispatch_timeout;
   view.disconnect_grace = config_.disconnect_grace;
+  view.disconnect_stop_after = config_.disconnect_stop_after;
+  view.disconnect_margin = config_.disconnect_margin;
   for (const auto& task : tasks_->by_index("owner", crd::string_at(*group, {"metadata", "uid"}))) {
     view.tasks.push_back(*task);
     const crd::TaskView t = crd::read_task(*task);

@@ -20,6 +20,21 @@ bool robot_holds(const json& robot, const std::string& task_uid) {
   return false;
 }
 
+std::optional<nanoseconds> lost_after(const json& task, const LivenessInputs& in) {
+  const json& disconnect = crd::value_at(task, {"spec", "disconnect"});
+  const auto duration = [&](const json& value) -> std::optional<nanoseconds> {
+    if (!value.is_string()) return std::nullopt;
+    auto parsed = parse_non_negative_go_duration(value.get<std::string>());
+    return parsed ? std::optional(parsed.value()) : std::nullopt;
+  };
+  if (crd::value_at(disconnect, {"replace"}) == false) return std::nullopt;  // it waits for its robot
+  if (auto set = duration(crd::value_at(disconnect, {"lostAfter"}))) return set;
+  const nanoseconds stop = duration(crd::value_at(disconnect, {"stopOnRobotAfter"})).value_or(in.disconnect_stop_after);
+  if (stop.count() == 0) return std::nullopt;  // it keeps running while cut off, and waits for its robot
+  const nanoseconds kill = duration(crd::value_at(task, {"spec", "killTimeout"})).value_or(std::chrono::seconds(5));
+  return stop + kill + in.disconnect_margin;
+}
+
 Liveness judge_liveness(const json& task, const LivenessInputs& in) {
   Liveness verdict;
   const crd::TaskView t = crd::read_task(task);
@@ -30,10 +45,24 @@ Liveness judge_liveness(const json& task, const LivenessInputs& in) {
   }
   const json& robot = *in.robot;
   const auto phase = crd::read_robot(robot).phase;
-  if (phase == crd::RobotPhase::offline) {
-    verdict.lost =
-        "its robot " + t.target_robot + " went Offline (" + crd::string_at(robot, {"status", "message"}) + ")";
-    return verdict;
+  const auto last_heartbeat = crd::timestamp_at(robot, {"status", "lastHeartbeatTime"});
+  if (last_heartbeat) {
+    // Out of contact: lost once its robot has surely stopped it (its stop
+    // window, then its kill timeout, and a margin), so two never run at once.
+    const nanoseconds silent = elapsed(*last_heartbeat, in.now);
+    const auto after = lost_after(task, in);
+    if (after && silent >= *after) {
+      verdict.lost =
+          "its robot " + t.target_robot + " has been out of contact since " + format_rfc3339(*last_heartbeat) +
+          (phase == crd::RobotPhase::offline ? " (" + crd::string_at(robot, {"status", "message"}) + ")"
+                                             : std::string()) +
+          ", longer than its lostAfter of " + format_go_duration(*after) + ": its robot has stopped it by now";
+      return verdict;
+    }
+    if (phase == crd::RobotPhase::offline) {
+      if (after) verdict.recheck = *after - silent + std::chrono::milliseconds(100);
+      return verdict;  // waits for its robot, or for its lostAfter
+    }
   }
   if (phase == crd::RobotPhase::rejected) {
     verdict.lost = "its robot " + t.target_robot + " was rejected";

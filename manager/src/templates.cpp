@@ -82,9 +82,15 @@ Result<std::vector<json>> task_groups_of(const json& job) {
     const std::string name = object_name({job_name, group_name});
     if (!names.insert(name).second) return Error{where + ".name", "'" + group_name + "' names two task groups"};
     json spec = {{"jobName", job_name}, {"groupName", group_name}};
-    for (const char* key :
-         {"count", "initTasks", "tasks", "constraints", "restartPolicy", "reschedulePolicy", "ephemeralDisk", "meta"}) {
+    for (const char* key : {"count", "initTasks", "tasks", "constraints", "restartPolicy", "reschedulePolicy",
+                            "disconnect", "ephemeralDisk", "meta"}) {
       if (group.is_object() && group.contains(key)) spec[key] = group[key];
+    }
+    // The Job's disconnect settings are its groups' defaults, field by field.
+    if (const json& defaults = crd::value_at(job, {"spec", "disconnect"}); defaults.is_object()) {
+      json merged = defaults;
+      if (spec.contains("disconnect") && spec["disconnect"].is_object()) merged.update(spec["disconnect"]);
+      spec["disconnect"] = std::move(merged);
     }
     if (!spec.contains("count")) spec["count"] = 1;
     if (!spec.contains("tasks")) return Error{where + ".tasks", "is required"};
@@ -126,6 +132,13 @@ Result<std::vector<json>> replica_tasks(const json& task_group, const Replica& r
     task_spec["taskGroupName"] = group_object;
     if (!task_spec.contains("restartPolicy") && spec.contains("restartPolicy")) {
       task_spec["restartPolicy"] = spec["restartPolicy"];
+    }
+    // What the group says of partitions, as each of its Tasks: the agent
+    // reads it from the dispatch, the manager from the Task.
+    if (spec.contains("disconnect") && spec["disconnect"].is_object()) {
+      json merged = spec["disconnect"];
+      if (task.contains("disconnect") && task["disconnect"].is_object()) merged.update(task["disconnect"]);
+      task_spec["disconnect"] = std::move(merged);
     }
     json constraints =
         task.contains("constraints") && task["constraints"].is_array() ? task["constraints"] : json::array();

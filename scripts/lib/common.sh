@@ -11,7 +11,7 @@ K8S4R_PACKAGES=(
   libboost1.81-dev libspdlog-dev libcli11-dev libyaml-cpp-dev libcpp-httplib-dev libsystemd-dev
   libgtest-dev libgmock-dev libre2-dev
   mosquitto mosquitto-clients openssl curl
-  python3-pytest python3-paho-mqtt python3-kubernetes python3-yaml
+  python3-pytest python3-paho-mqtt python3-kubernetes python3-yaml faketime
 )
 
 # Installs the packages above that are not installed yet; apt-get update runs

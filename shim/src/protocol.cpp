@@ -139,7 +139,8 @@ Result<StartReport> parse_start_report(std::string_view text) {
 
 std::string format_exit_record(const ExitRecord& record) {
   return "{\"pid\":" + std::to_string(record.pid) + ",\"exitCode\":" + std::to_string(record.exit_code) +
-         ",\"signal\":" + std::to_string(record.signal) + ",\"leftovers\":" + std::to_string(record.leftovers) + "}\n";
+         ",\"signal\":" + std::to_string(record.signal) + ",\"leftovers\":" + std::to_string(record.leftovers) +
+         (record.disconnected ? ",\"stopped\":\"disconnected\"" : "") + "}\n";
 }
 
 Result<ExitRecord> parse_exit_record(std::string_view text) {
@@ -162,6 +163,11 @@ Result<ExitRecord> parse_exit_record(std::string_view text) {
   record.exit_code = exit_code.value();
   record.signal = signal.value();
   record.leftovers = leftovers.value();
+  if (const auto stopped = object.value().find("stopped"); stopped != object.value().end()) {
+    if (!stopped->is_string() || stopped->get<std::string>() != "disconnected")
+      return Error{"stopped", "must be \"disconnected\""};
+    record.disconnected = true;
+  }
   return record;
 }
 

@@ -11,10 +11,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -178,6 +183,79 @@ int kill_leftovers(const ShimOptions& options, pid_t task) {
   return static_cast<int>(seen.size());
 }
 
+// The CLOCK_MONOTONIC time the agent last heard from the bridge, from the
+// contact file (20 digits and a newline); none when it cannot be read.
+std::optional<std::chrono::steady_clock::time_point> read_contact(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return std::nullopt;
+  char text[32] = {};
+  const ssize_t got = pread(fd, text, sizeof text - 1, 0);
+  close(fd);
+  if (got != 21 || text[20] != '\n') return std::nullopt;
+  long long ns = 0;
+  for (int i = 0; i < 20; ++i) {
+    if (text[i] < '0' || text[i] > '9') return std::nullopt;
+    if (ns > (std::numeric_limits<long long>::max() - (text[i] - '0')) / 10) return std::nullopt;
+    ns = ns * 10 + (text[i] - '0');
+  }
+  return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(ns));
+}
+
+// While the task runs: stops it once the agent has heard nothing from the
+// bridge for options.stop_after (see shim.h). `ended` is set, and `wake`
+// notified, when the task's main process has ended.
+class ContactWatch {
+ public:
+  ContactWatch(const ShimOptions& options, pid_t task) : options_(options), task_(task) {
+    if (!options.contact_file.empty()) thread_ = std::thread([this] { run(); });
+  }
+  ~ContactWatch() { stop(); }
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      ended_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  bool stopped_task() const { return stopped_task_; }
+
+ private:
+  // False once the task ended.
+  bool wait(std::chrono::milliseconds how_long) {
+    std::unique_lock lock(mutex_);
+    return !wake_.wait_for(lock, how_long, [this] { return ended_; });
+  }
+  void signal_task(int signal) {
+    if (!options_.cgroup.empty()) static_cast<void>(signal_cgroup(options_.cgroup, signal));
+    kill(-task_, signal);
+  }
+  void run() {
+    // A contact older than the task's start (an agent started cut off) counts from the start.
+    std::chrono::steady_clock::time_point heard = std::chrono::steady_clock::now();
+    const auto check =
+        std::clamp(options_.stop_after / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+    while (wait(check)) {
+      if (auto contact = read_contact(options_.contact_file); contact && *contact > heard) heard = *contact;
+      if (std::chrono::steady_clock::now() - heard < options_.stop_after) continue;
+      say("no word from the bridge for " + std::to_string(options_.stop_after.count()) +
+          " ms (disconnect.stopOnRobotAfter): stopping the task, as the manager will run it elsewhere");
+      stopped_task_ = true;
+      signal_task(SIGTERM);
+      if (wait(options_.kill_after)) signal_task(SIGKILL);
+      return;
+    }
+  }
+
+  const ShimOptions& options_;
+  pid_t task_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool ended_ = false;
+  std::atomic<bool> stopped_task_{false};
+  std::thread thread_;
+};
+
 // The record's file is made and its blocks allocated before the task starts,
 // and written in place when it ends: a disk that fills up meanwhile cannot
 // take a task's end away.
@@ -250,6 +328,17 @@ std::optional<ShimOptions> parse_shim_args(const std::vector<std::string>& args,
         return std::nullopt;
       }
       options.report_fd = static_cast<int>(fd);
+    } else if (arg == "--contact-file") {
+      options.contact_file = value;
+    } else if (arg == "--stop-after" || arg == "--kill-after") {
+      char* end = nullptr;
+      errno = 0;
+      const long long ms = std::strtoll(value.c_str(), &end, 10);
+      if (errno != 0 || end == value.c_str() || *end != '\0' || ms < 0 || ms > 100LL * 365 * 24 * 3600 * 1000) {
+        error = arg + " must be milliseconds, got '" + value + "'";
+        return std::nullopt;
+      }
+      (arg == "--stop-after" ? options.stop_after : options.kill_after) = std::chrono::milliseconds(ms);
     } else if (arg == "--user") {
       // UID:GID[:GROUP,GROUP...], all numbers.
       std::vector<unsigned long> numbers;
@@ -295,6 +384,10 @@ std::optional<ShimOptions> parse_shim_args(const std::vector<std::string>& args,
   }
   if (options.command.empty() || options.command.front().empty()) {
     error = "no command after '--'";
+    return std::nullopt;
+  }
+  if (!options.contact_file.empty() && (options.contact_file.front() != '/' || options.stop_after.count() == 0)) {
+    error = "--contact-file must be an absolute path, with --stop-after above 0";
     return std::nullopt;
   }
   return options;
@@ -406,6 +499,7 @@ int run_shim(const ShimOptions& options) {
   }
   write_all(options.report_fd, format_started(task));
   if (options.report_fd >= 0) close(options.report_fd);
+  ContactWatch watch(options, task);
 
   // Learn how the task ended without reaping it yet (WNOWAIT); reap the
   // orphans of the task that end meanwhile.
@@ -420,8 +514,10 @@ int run_shim(const ShimOptions& options) {
     if (ended.si_pid == task) break;
     waitpid(ended.si_pid, nullptr, 0);
   }
+  watch.stop();
   ExitRecord record;
   record.pid = task;
+  record.disconnected = watch.stopped_task();
   if (ended.si_code == CLD_EXITED) {
     record.exit_code = ended.si_status;
   } else {

@@ -76,6 +76,12 @@ struct FakeRunner final : TaskRunner {
     return ok();
   }
   bool still_runs(const TaskProcess& processes) override { return alive.count(processes.pid) > 0; }
+  std::optional<TaskProcess> find_unrecorded(const std::string& uid, std::int64_t) override {
+    auto found = unrecorded.find(uid);
+    if (found == unrecorded.end()) return std::nullopt;
+    return found->second;
+  }
+  std::map<std::string, TaskProcess> unrecorded;  // runs an earlier agent started and never recorded
   void kill_unwatched(const TaskProcess&) override {}
   TaskExit ended_unwatched(const std::string& uid, const TaskProcess&) override {
     TaskExit exit;
@@ -507,6 +513,29 @@ TEST_F(AgentTest, ARestartedAgentWatchesItsStillRunningTaskAgainInsteadOfStartin
   EXPECT_EQ(reports_for("t-8").back().state, TaskRunState::running);
 }
 
+TEST_F(AgentTest, ARunStartedJustBeforeTheAgentDiedIsFoundAndWatchedNotKilledAndRunAgain) {
+  connect();
+  dispatch("t-8");
+  ASSERT_EQ(runner_->starts.size(), 1u);  // handed to the runner: the shim may have started it
+  agent_.reset();                         // killed before the runner answered: nothing of the run recorded
+
+  make_agent();
+  TaskProcess found;
+  found.pid = 4242;
+  found.pgid = 4243;
+  runner_->unrecorded["t-8"] = found;
+  runner_->alive.insert(4242);
+  connect();
+  EXPECT_EQ(runner_->adopted, std::vector<std::string>{"t-8"});
+  EXPECT_TRUE(runner_->starts.empty());
+  ASSERT_EQ(reports_for("t-8").size(), 1u);  // reported running now: the earlier agent never could
+  EXPECT_EQ(reports_for("t-8")[0].state, TaskRunState::running);
+  EXPECT_TRUE(state_log_mentions(R"("pid":4242)"));  // recorded now
+  runner_->exit("t-8", 0);
+  settle();
+  EXPECT_EQ(reports_for("t-8").back().state, TaskRunState::completed);
+}
+
 TEST_F(AgentTest, ShutdownStopsTheRunningTasksReportsThemAndSaysOffline) {
   connect();
   dispatch("t-9");
@@ -526,6 +555,58 @@ TEST_F(AgentTest, ShutdownStopsTheRunningTasksReportsThemAndSaysOffline) {
   ASSERT_FALSE(presence.empty());
   EXPECT_FALSE(parse_presence(presence.back()->payload).value().online);
   EXPECT_EQ(queued_on_disk(), 0u);
+}
+
+// The contact file's time, as a shim reads it; none before the first contact.
+std::optional<SteadyTime> contact_in(const std::string& work_dir) {
+  std::ifstream in(fs::path(work_dir) / "contact");
+  std::string text;
+  if (!std::getline(in, text) || text.size() != 20) return std::nullopt;
+  return SteadyTime(std::chrono::nanoseconds(std::stoll(text)));
+}
+
+TEST_F(AgentTest, TheContactFileIsRenewedWhenTheBridgeIsHeardFromNotWhenTheBrokerAcknowledges) {
+  connect();
+  acknowledge_all();  // the broker's PUBACKs: not the bridge
+  EXPECT_FALSE(contact_in(config_.work_dir));
+  advance(5s);
+  send_ack(Ack{"robot-1", {}, clock_.wall()});
+  EXPECT_EQ(contact_in(config_.work_dir), clock_.steady());
+  const SteadyTime first = clock_.steady();
+  advance(500ms);
+  send_ack(Ack{"robot-1", {}, clock_.wall()});
+  EXPECT_EQ(contact_in(config_.work_dir), first);  // at most once a second
+  advance(600ms);
+  dispatch("t-1");  // a dispatch comes from the bridge too
+  EXPECT_EQ(contact_in(config_.work_dir), clock_.steady());
+  // A task's stop window: its own, else the agent's default.
+  dispatch("t-2", "/bin/true", R"(,"disconnect":{"stopOnRobotAfter":"45s"})");
+  ASSERT_EQ(runner_->starts.size(), 2u);
+  EXPECT_EQ(runner_->starts[0].stop_after_disconnect, config_.disconnect_stop_after);
+  EXPECT_EQ(runner_->starts[1].stop_after_disconnect, 45s);
+}
+
+TEST_F(AgentTest, WithAGoK8s4rServerTheBrokerTakingAHeartbeatIsTheContact) {
+  config_.legacy_topics = true;
+  make_agent();
+  connect();
+  EXPECT_FALSE(contact_in(config_.work_dir));
+  link_->on("/heartbeat").back()->done(true, "");
+  settle();
+  EXPECT_EQ(contact_in(config_.work_dir), clock_.steady());
+}
+
+TEST_F(AgentTest, ATaskItsShimStoppedForWantOfContactIsReportedDisconnected) {
+  connect();
+  dispatch("t-1");
+  runner_->start_ok("t-1");
+  settle();
+  runner_->exit("t-1", 143, StopReason::disconnected);
+  settle();
+  const TaskStatus end = reports_for("t-1").back();
+  EXPECT_EQ(end.state, TaskRunState::failed);
+  EXPECT_EQ(end.reason, "Disconnected");
+  EXPECT_NE(end.message.find("after 2m0s without word from the bridge"), std::string::npos) << end.message;
 }
 
 }  // namespace

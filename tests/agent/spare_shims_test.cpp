@@ -274,3 +274,52 @@ TEST(TaskHandoff, RoundTripsAndRefusesWhatIsNotOne) {
 
 }  // namespace
 }  // namespace k8s4r::agent
+
+namespace k8s4r::agent {
+namespace {
+
+// The agent's contact file as ContactLease writes it: CLOCK_MONOTONIC now.
+void write_contact(const fs::path& file) {
+  const long long ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  char text[32];
+  std::snprintf(text, sizeof text, "%020lld\n", ns);
+  std::ofstream(file) << text;
+}
+
+bool ended_within(int pidfd, std::chrono::milliseconds limit) {
+  pollfd ended{pidfd, POLLIN, 0};
+  return poll(&ended, 1, static_cast<int>(limit.count())) == 1;
+}
+
+TEST_F(SpareShimsTest, ATaskIsStoppedByItsShimOnceTheBridgeWasNotHeardFromForItsWindowAgentOrNot) {
+  for (const bool ignores_sigterm : {false, true}) {
+    const fs::path contact = dir_ / "contact";
+    write_contact(contact);
+    ShimSpec spec = shim();
+    spec.contact_file = contact.string();
+    spec.stop_after = 600ms;
+    spec.kill_after = 300ms;
+    int pidfd = -1;
+    auto started = spawn_task(shell(ignores_sigterm ? "trap '' TERM; sleep 30" : "sleep 30"), spec, pidfd);
+    ASSERT_TRUE(started) << started.error().message;
+    // Heard from every 100 ms for twice its window: it runs on.
+    const auto renewed_until = std::chrono::steady_clock::now() + 1200ms;
+    while (std::chrono::steady_clock::now() < renewed_until) {
+      write_contact(contact);
+      ASSERT_FALSE(ended_within(pidfd, 100ms)) << "stopped although the bridge was heard from";
+    }
+    // Then nothing more, and nobody to stop it but its shim.
+    ASSERT_TRUE(ended_within(pidfd, 5000ms)) << "still running 5 s after contact stopped";
+    siginfo_t info{};
+    waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED);
+    ::close(pidfd);
+    auto record = shim::parse_exit_record(contents(dir_ / "exit"));
+    ASSERT_TRUE(record) << record.error().to_string();
+    EXPECT_TRUE(record.value().disconnected);
+    EXPECT_EQ(record.value().signal, ignores_sigterm ? SIGKILL : SIGTERM);
+  }
+}
+
+}  // namespace
+}  // namespace k8s4r::agent

@@ -144,5 +144,24 @@ TEST(Templates, AReplacementIsTheSameTaskUnderANewNameAndAttempt) {
   EXPECT_EQ(on_robot["metadata"]["labels"]["replica"], "robot-7");
 }
 
+TEST(Templates, DisconnectSettingsGoFromTheJobToItsGroupsAndTheirTasksTheNearestWinning) {
+  json job = example_job();
+  job["spec"]["disconnect"] = {{"stopOnRobotAfter", "1m"}, {"replace", false}};
+  job["spec"]["taskGroups"][0]["disconnect"] = {{"lostAfter", "10m"}};
+  job["spec"]["taskGroups"][0]["tasks"][1]["disconnect"] = {{"stopOnRobotAfter", "0s"}};
+  auto groups = task_groups_of(job);
+  ASSERT_TRUE(groups);
+  const json& group = groups.value()[0];
+  EXPECT_EQ(group["spec"]["disconnect"], json({{"stopOnRobotAfter", "1m"}, {"replace", false}, {"lostAfter", "10m"}}));
+  auto tasks = replica_tasks(group, Replica::numbered(0));
+  ASSERT_TRUE(tasks);
+  EXPECT_EQ(tasks.value()[0]["spec"]["disconnect"], group["spec"]["disconnect"]);
+  EXPECT_EQ(tasks.value()[1]["spec"]["disconnect"]["stopOnRobotAfter"], "0s");  // the task's own
+  EXPECT_EQ(tasks.value()[1]["spec"]["disconnect"]["lostAfter"], "10m");
+  // None anywhere: none on the Tasks (the agent's and the manager's defaults apply).
+  auto plain = replica_tasks(task_groups_of(example_job()).value()[0], Replica::numbered(0));
+  EXPECT_FALSE(plain.value()[0]["spec"].contains("disconnect"));
+}
+
 }  // namespace
 }  // namespace k8s4r::manager

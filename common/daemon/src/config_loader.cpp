@@ -154,6 +154,13 @@ ApplyResult parse_positive_duration(const std::string& text, std::chrono::nanose
   return std::nullopt;
 }
 
+ApplyResult parse_non_negative_duration(const std::string& text, std::chrono::nanoseconds& target) {
+  auto parsed = parse_non_negative_go_duration(text);
+  if (!parsed) return parsed.error().message;
+  target = parsed.value();
+  return std::nullopt;
+}
+
 ApplyResult parse_bool(const std::string& text, bool& target) {
   if (text != "true" && text != "false") return "must be true or false, got '" + text + "'";
   target = text == "true";

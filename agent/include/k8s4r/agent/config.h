@@ -29,8 +29,12 @@ struct AgentConfig {
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(30);   // heartbeat-interval (Go duration)
   std::map<std::string, std::string> labels;                                // labels: k=v,k2=v2
   std::chrono::nanoseconds default_kill_timeout = std::chrono::seconds(5);  // kill-timeout, when a task sets none
-  std::size_t max_log_bytes = 10 * 1024 * 1024;                             // max-log-bytes: per task and stream
-  std::size_t max_queued_reports = 10000;  // max-queued-reports: held while the broker is away
+  // disconnect-stop-after: a task whose spec.disconnect says nothing is
+  // stopped once the bridge has not been heard from this long (0: never);
+  // the manager's --disconnect-stop-after must say the same.
+  std::chrono::nanoseconds disconnect_stop_after = std::chrono::minutes(2);
+  std::size_t max_log_bytes = 10 * 1024 * 1024;  // max-log-bytes: per task and stream
+  std::size_t max_queued_reports = 10000;        // max-queued-reports: held while the broker is away
   // finished-task-retention: how long a finished task's uid is remembered (a
   // dispatch sent again within it is answered with the final report, not run),
   // counted on the agent's run clock.

@@ -19,7 +19,9 @@
 namespace k8s4r::agent {
 
 // Why a task is being stopped; it becomes the final status' reason.
-enum class StopReason { timeout, cancelled, shutdown };
+// disconnected: the task's shim stopped it, its robot cut off from the
+// bridge for its disconnect.stopOnRobotAfter.
+enum class StopReason { timeout, cancelled, shutdown, disconnected };
 
 struct SignalAction {
   std::string task_uid;
@@ -59,6 +61,6 @@ class KillSchedule {
   std::map<std::string, Entry> tasks_;
 };
 
-std::string to_string(StopReason reason);  // "Timeout", "Cancelled", "AgentShutdown"
+std::string to_string(StopReason reason);  // "Timeout", "Cancelled", "AgentShutdown", "Disconnected"
 
 }  // namespace k8s4r::agent

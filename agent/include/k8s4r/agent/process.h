@@ -6,6 +6,7 @@
 
 #include "k8s4r/common/result.h"
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -53,6 +54,12 @@ struct ShimSpec {
   std::string exit_file;         // where it records how the task ended
   std::string cgroup;            // the task's cgroup, created empty; "" where tasks get none
   SpareShims* spares = nullptr;  // spares of `path` kept ready (spare_shims.h); none: one is started
+  // The agent's contact file and the task's disconnect.stopOnRobotAfter: the
+  // shim stops the task once the file says the bridge was last heard from
+  // that long ago (shim.h). "" or 0: never.
+  std::string contact_file;
+  std::chrono::nanoseconds stop_after{0};
+  std::chrono::nanoseconds kill_after{0};
 };
 
 // One task's processes, as the monitor watches and signals them and the

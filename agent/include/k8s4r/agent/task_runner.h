@@ -33,6 +33,9 @@ struct RunRequest {
   std::int64_t run = 0;  // which run of the task (0, then one more per restart): names its exit record
   std::optional<std::chrono::nanoseconds> timeout;
   std::chrono::nanoseconds kill_timeout{0};
+  // Stopped once the agent has heard nothing from the bridge this long (its
+  // disconnect.stopOnRobotAfter; 0: never), even if the agent is hung.
+  std::chrono::nanoseconds stop_after_disconnect{0};
 };
 
 struct RunnerEvents {
@@ -61,6 +64,11 @@ class TaskRunner {
                              std::chrono::nanoseconds kill_timeout) = 0;
   // True while the run an earlier agent started still runs.
   virtual bool still_runs(const TaskProcess& processes) = 0;
+  // Run `run` of the task, started by an earlier agent that died before it
+  // recorded its processes: found by what marks a task's process (its
+  // environment, its cgroup) under a live shim, so it is watched again
+  // rather than killed and run twice. None when there is no such run.
+  virtual std::optional<TaskProcess> find_unrecorded(const std::string& task_uid, std::int64_t run) = 0;
   // Ends, at once, a run that cannot be watched.
   virtual void kill_unwatched(const TaskProcess& processes) = 0;
   // How a run an earlier agent started ended while no agent watched it: from

@@ -169,6 +169,19 @@ struct Artifact {
   bool operator==(const Artifact&) const = default;
 };
 
+// What a task does while its robot is out of contact (Nomad's disconnect
+// block): the agent (the task's shim, in fact) stops it after
+// stop_on_robot_after without word from the bridge (0: never); the manager
+// takes it for lost lost_after after its robot's last heartbeat, and
+// replaces it only when `replace`. Unset fields take the defaults of the
+// agent's and the manager's disconnect-stop-after (2m) and of
+// docs/manager.md#partitions.
+struct Disconnect {
+  std::optional<std::chrono::nanoseconds> stop_on_robot_after, lost_after;
+  std::optional<bool> replace;
+  bool operator==(const Disconnect&) const = default;
+};
+
 // The parts of Task.spec the agent acts on. `raw` keeps the whole spec as
 // received, so nothing is lost when it is relayed (resources, constraints,
 // docker and java configs).
@@ -179,6 +192,7 @@ struct TaskSpec {
   StringMap env;
   std::optional<std::chrono::nanoseconds> timeout, kill_timeout;
   std::optional<RestartPolicy> restart_policy;
+  std::optional<Disconnect> disconnect;
   std::vector<Artifact> artifacts;
   nlohmann::json raw = nlohmann::json::object();
   bool operator==(const TaskSpec&) const = default;

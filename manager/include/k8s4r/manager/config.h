@@ -22,7 +22,14 @@ struct ManagerConfig {
   std::chrono::nanoseconds robot_offline_after = std::chrono::seconds(90);  // robot-offline-after
   std::chrono::nanoseconds disconnect_grace = std::chrono::seconds(30);     // disconnect-grace
   std::chrono::nanoseconds dispatch_timeout = std::chrono::minutes(2);      // dispatch-timeout
-  bool leader_elect = true;                                                 // leader-elect
+  // disconnect-stop-after: a Task whose spec.disconnect says nothing is
+  // stopped by its robot after this long out of contact (the agents'
+  // disconnect-stop-after must say the same); 0: never.
+  std::chrono::nanoseconds disconnect_stop_after = std::chrono::minutes(2);
+  // disconnect-margin: added to a Task's stop window and killTimeout for its
+  // default lostAfter: heartbeat writes coalesced by the bridge, clock skew.
+  std::chrono::nanoseconds disconnect_margin = std::chrono::seconds(90);
+  bool leader_elect = true;               // leader-elect
   std::string leader_election_identity;   // leader-election-identity: empty: the host name and a random suffix
   std::string leader_election_namespace;  // leader-election-namespace: empty: namespace, else the kubeconfig's
   std::chrono::nanoseconds lease_duration = std::chrono::seconds(15);  // leader-election-lease-duration

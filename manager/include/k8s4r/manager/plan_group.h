@@ -46,6 +46,8 @@ struct GroupView {
   Timestamp now;
   std::chrono::nanoseconds dispatch_timeout{0};
   std::chrono::nanoseconds disconnect_grace{0};
+  std::chrono::nanoseconds disconnect_stop_after = std::chrono::minutes(2);  // task_liveness.h
+  std::chrono::nanoseconds disconnect_margin = std::chrono::seconds(90);
   // Running Tasks (by uid) their robot's heartbeats have stopped listing: since when.
   std::map<std::string, Timestamp> missing_since;
   // Tasks (by uid) seen dispatching with nothing on them saying since when: first seen then.

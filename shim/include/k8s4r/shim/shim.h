@@ -6,7 +6,8 @@
 //
 //   k8s4r-task-shim --exit-file FILE [--cgroup DIR] [--report-fd N]
 //                   [--stdout FILE] [--stderr FILE] [--output truncate|append]
-//                   [--chdir DIR] [--user UID:GID[:GROUP,...]] -- COMMAND [ARG...]
+//                   [--chdir DIR] [--user UID:GID[:GROUP,...]]
+//                   [--contact-file FILE --stop-after MS [--kill-after MS]] -- COMMAND [ARG...]
 //   k8s4r-task-shim --spare-fd N
 //
 // The agent starts the shim as a spare (--spare-fd), ahead of the task, so a
@@ -34,6 +35,14 @@
 //  5. writes the exit record into FILE, which it made and allocated before
 //     the task started (so a disk that fills up meanwhile cannot lose it),
 //     and exits 0.
+// With --contact-file, while the task runs the shim reads FILE once a second:
+// the CLOCK_MONOTONIC time (nanoseconds, 20 digits) at which the agent last
+// heard from the bridge. When that is --stop-after ago or more (the task's
+// disconnect.stopOnRobotAfter), its robot is cut off, and the manager will
+// take the task for lost and run it elsewhere: the shim stops it (SIGTERM,
+// then SIGKILL --kill-after later) and records "stopped":"disconnected". It
+// does so whether the agent itself is cut off, hung or stopped: a task never
+// runs on where its replacement may run.
 // It ignores SIGHUP, SIGINT, SIGTERM and SIGQUIT: the agent signals the task,
 // never the shim, and the shim must live to record the end. It is not the
 // agent's child for long: an agent that restarts finds it by pid and start
@@ -60,6 +69,9 @@ struct ShimOptions {
   unsigned uid = 0, gid = 0;
   std::vector<unsigned> groups;
   std::vector<std::string> command;
+  // --contact-file, --stop-after, --kill-after: see above; "" and 0: none.
+  std::string contact_file;
+  std::chrono::milliseconds stop_after{0}, kill_after{5'000};
   // How long the shim waits, after the task's main process ended, for what
   // it killed to be gone before it records the end anyway.
   std::chrono::milliseconds drain_timeout{10'000};

@@ -66,6 +66,7 @@ std::string process_environment(const std::string& name);
 
 // The value checks the daemons share; each names what it expected.
 ApplyResult parse_positive_duration(const std::string& text, std::chrono::nanoseconds& target);
+ApplyResult parse_non_negative_duration(const std::string& text, std::chrono::nanoseconds& target);  // "0s" allowed
 ApplyResult parse_positive_size(const std::string& text, std::size_t& target);
 ApplyResult parse_log_level(const std::string& text, std::string& target);
 ApplyResult parse_bool(const std::string& text, bool& target);  // "true" or "false"
