@@ -33,8 +33,14 @@ def test_printer_columns_in_kubectl_get(kube_sim):
                 "-p", '{"status":{"phase":"Online","connected":true,"lastHeartbeatTime":"2026-01-01T00:00:00Z"}}')
 
     tasks = sim.kubectl("get", "rtask").stdout.splitlines()
-    assert tasks[0].split() == ["NAME", "ROBOT", "STATE", "EXIT", "CODE", "RESTARTS", "AGE"]
-    assert tasks[1].split()[:5] == ["hello", "robot-001", "completed", "0", "1"]
+    assert tasks[0].split() == ["NAME", "ROBOT", "STATE", "REASON", "EXIT", "CODE", "RESTARTS", "ENDED", "ON", "ROBOT",
+                                "AGE"]
+    assert tasks[1].split()[:5] == ["hello", "robot-001", "completed", "0", "1"]  # no reason, no end on robot
+    # A Task the manager marked Lost whose true end came later says both.
+    sim.kubectl("patch", "rtask", "hello", "--subresource=status", "--type=merge",
+                "-p", '{"status":{"state":"failed","reason":"Lost","endOnRobot":{"state":"completed","exitCode":0}}}')
+    lost = sim.kubectl("get", "rtask").stdout.splitlines()[1].split()
+    assert lost[:6] == ["hello", "robot-001", "failed", "Lost", "0", "1"] and lost[6] == "completed", lost
 
     robots = sim.kubectl("get", "rb").stdout.splitlines()
     assert robots[0].split()[:6] == ["NAME", "ROBOT", "ID", "PHASE", "CONNECTED", "LAST"]
