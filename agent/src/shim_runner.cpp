@@ -16,12 +16,15 @@
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 namespace k8s4r::agent {
 
@@ -37,51 +40,31 @@ class ShimRunner final : public TaskRunner {
     monitor_ =
         std::make_unique<Monitor>(MonitorCallbacks{[this](const TaskExit& exit) { on_exit(exit); }, events_.signalled});
     prepare_spare();  // so the first task need not start one
+    for (std::size_t i = 0; i < kLaunchers; ++i) launchers_.emplace_back([this] { launch_loop(); });
   }
   ~ShimRunner() override {
+    {
+      std::lock_guard lock(queue_mutex_);
+      stopping_ = true;  // what is queued is never started: nobody would watch it
+    }
+    queue_wake_.notify_all();
+    for (auto& launcher : launchers_) launcher.join();
     monitor_.reset();
     // Empty once every task ended; what still runs keeps it for the next start.
     if (cgroups_) ::rmdir(cgroups_->parent().c_str());
   }
 
+  // Queued for the launchers: the loop never waits for a shim's answer.
   void start(RunRequest request) override {
-    ShimSpec shim;
-    shim.path = shim_path_;
-    shim.spares = spares_.get();
-    // One record per run: a run's record may still wait for the commit that
-    // makes its end durable when the next run starts.
-    shim.exit_file = exits_dir_ + "/" + request.task_uid + "." + std::to_string(request.run) + ".json";
-    shim.contact_file = contact_file(work_dir_);
-    shim.stop_after = request.stop_after_disconnect;
-    shim.kill_after = request.kill_timeout;
-    ::unlink(shim.exit_file.c_str());
-    Result<TaskProcess> process = Error{"command", "not started"};
-    if (cgroups_) {
-      auto cgroup = cgroups_->create(request.task_uid);
-      if (!cgroup) {
-        events_.started(request.task_uid, cgroup.error());
-        return;
-      }
-      shim.cgroup = cgroup.value();
-    }
     {
       std::lock_guard lock(order_mutex_);
       starting_.insert(request.task_uid);
     }
-    process = monitor_->launch(request.task_uid, request.process, shim, request.timeout, request.kill_timeout);
-    if (!process && cgroups_) static_cast<void>(cgroups_->destroy(request.task_uid, 1s));
-    events_.started(request.task_uid, std::move(process));
-    std::optional<TaskExit> early;
     {
-      std::lock_guard lock(order_mutex_);
-      starting_.erase(request.task_uid);
-      if (auto found = early_exits_.find(request.task_uid); found != early_exits_.end()) {
-        early = std::move(found->second);
-        early_exits_.erase(found);
-      }
+      std::lock_guard lock(queue_mutex_);
+      queue_.push_back(std::move(request));
     }
-    if (early) events_.exited(*early);
-    prepare_spare();  // the next task's shim
+    queue_wake_.notify_one();
   }
 
   Result<void> adopt(const std::string& task_uid, const TaskProcess& processes, SteadyTime started,
@@ -191,6 +174,64 @@ class ShimRunner final : public TaskRunner {
   }
 
  private:
+  // Starts that wait for their shim's answer at the same time: each costs a
+  // fork and two execs (the shim's, when no spare is ready, and the task's),
+  // which a loaded machine serves one scheduling slice at a time; starting
+  // them side by side overlaps those waits.
+  static constexpr std::size_t kLaunchers = 8;
+
+  void launch_loop() {
+    for (;;) {
+      RunRequest request;
+      {
+        std::unique_lock lock(queue_mutex_);
+        queue_wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (stopping_) return;
+        request = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      launch(request);
+    }
+  }
+
+  void launch(const RunRequest& request) {
+    ShimSpec shim;
+    shim.path = shim_path_;
+    shim.spares = spares_.get();
+    // One record per run: a run's record may still wait for the commit that
+    // makes its end durable when the next run starts.
+    shim.exit_file = exits_dir_ + "/" + request.task_uid + "." + std::to_string(request.run) + ".json";
+    shim.contact_file = contact_file(work_dir_);
+    shim.stop_after = request.stop_after_disconnect;
+    shim.kill_after = request.kill_timeout;
+    ::unlink(shim.exit_file.c_str());
+    Result<TaskProcess> process = Error{"command", "not started"};
+    if (cgroups_) {
+      auto cgroup = cgroups_->create(request.task_uid);
+      if (!cgroup) {
+        process = cgroup.error();
+      } else {
+        shim.cgroup = cgroup.value();
+      }
+    }
+    if (!cgroups_ || !shim.cgroup.empty()) {
+      process = monitor_->launch(request.task_uid, request.process, shim, request.timeout, request.kill_timeout);
+      if (!process && cgroups_) static_cast<void>(cgroups_->destroy(request.task_uid, 1s));
+    }
+    events_.started(request.task_uid, std::move(process));
+    std::optional<TaskExit> early;
+    {
+      std::lock_guard lock(order_mutex_);
+      starting_.erase(request.task_uid);
+      if (auto found = early_exits_.find(request.task_uid); found != early_exits_.end()) {
+        early = std::move(found->second);
+        early_exits_.erase(found);
+      }
+    }
+    if (early) events_.exited(*early);
+    prepare_spare();  // the next task's shim
+  }
+
   // From the monitor thread. A run that ends before start() has said it
   // started (a task that exits at once) is held back until it has.
   void on_exit(const TaskExit& exit) {
@@ -306,6 +347,11 @@ class ShimRunner final : public TaskRunner {
   std::string exits_dir_;               // WORK_DIR/exits (0700): the shims' exit records
   std::optional<TaskCgroups> cgroups_;  // unset: tasks are contained by process group and their shim only
   std::unique_ptr<SpareShims> spares_;  // one shim kept ready
+  std::mutex queue_mutex_;
+  std::condition_variable queue_wake_;
+  std::deque<RunRequest> queue_;
+  bool stopping_ = false;
+  std::vector<std::thread> launchers_;
   std::mutex order_mutex_;
   std::set<std::string> starting_;               // runs whose start has not been told yet
   std::map<std::string, TaskExit> early_exits_;  // and their exits, if they ended meanwhile

@@ -60,9 +60,13 @@ SpareShims::~SpareShims() {
 
 Result<SpareShim> SpareShims::take(bool& was_ready) {
   was_ready = false;
-  if (ready_) {
-    SpareShim spare = *ready_;
-    ready_.reset();
+  std::optional<SpareShim> ready;
+  {
+    std::lock_guard lock(mutex_);
+    ready.swap(ready_);
+  }
+  if (ready) {
+    SpareShim spare = *ready;
     pollfd ended{spare.pidfd, POLLIN, 0};
     if (poll(&ended, 1, 0) == 0) {
       was_ready = true;
@@ -74,9 +78,17 @@ Result<SpareShim> SpareShims::take(bool& was_ready) {
 }
 
 Result<void> SpareShims::prepare() {
-  if (ready_) return ok();
+  {
+    std::lock_guard lock(mutex_);
+    if (ready_) return ok();
+  }
   auto spare = start_spare_shim(path_);
   if (!spare) return spare.error();
+  std::lock_guard lock(mutex_);
+  if (ready_) {
+    discard(spare.value());  // another launcher made one meanwhile
+    return ok();
+  }
   ready_ = spare.value();
   return ok();
 }

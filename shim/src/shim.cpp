@@ -11,14 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -202,58 +199,55 @@ std::optional<std::chrono::steady_clock::time_point> read_contact(const std::str
 }
 
 // While the task runs: stops it once the agent has heard nothing from the
-// bridge for options.stop_after (see shim.h). `ended` is set, and `wake`
-// notified, when the task's main process has ended.
+// bridge for options.stop_after (see shim.h), checked between the shim's
+// waits for its children, with no thread of its own.
 class ContactWatch {
  public:
-  ContactWatch(const ShimOptions& options, pid_t task) : options_(options), task_(task) {
-    if (!options.contact_file.empty()) thread_ = std::thread([this] { run(); });
-  }
-  ~ContactWatch() { stop(); }
-  void stop() {
-    {
-      std::lock_guard lock(mutex_);
-      ended_ = true;
+  ContactWatch(const ShimOptions& options, pid_t task)
+      : options_(options), task_(task), heard_(std::chrono::steady_clock::now()) {}
+
+  bool enabled() const { return !options_.contact_file.empty(); }
+  bool stopped_task() const { return stopped_; }
+
+  // Acts on the contact file and the clock; returns how long the shim may
+  // wait for its children before the next check.
+  std::chrono::milliseconds check() {
+    const auto now = std::chrono::steady_clock::now();
+    if (killing_) {
+      if (now >= kill_at_) {
+        signal_task(SIGKILL);
+        killing_ = false;
+        return std::chrono::milliseconds(1000);
+      }
+      return std::chrono::ceil<std::chrono::milliseconds>(kill_at_ - now);
     }
-    wake_.notify_all();
-    if (thread_.joinable()) thread_.join();
+    if (stopped_) return std::chrono::milliseconds(1000);
+    // A contact older than the task's start (an agent started cut off) counts from the start.
+    if (auto contact = read_contact(options_.contact_file); contact && *contact > heard_) heard_ = *contact;
+    const auto interval =
+        std::clamp(options_.stop_after / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
+    if (now - heard_ < options_.stop_after) return interval;
+    say("no word from the bridge for " + std::to_string(options_.stop_after.count()) +
+        " ms (disconnect.stopOnRobotAfter): stopping the task, as the manager will run it elsewhere");
+    stopped_ = true;
+    signal_task(SIGTERM);
+    killing_ = true;
+    kill_at_ = now + options_.kill_after;
+    return options_.kill_after;
   }
-  bool stopped_task() const { return stopped_task_; }
 
  private:
-  // False once the task ended.
-  bool wait(std::chrono::milliseconds how_long) {
-    std::unique_lock lock(mutex_);
-    return !wake_.wait_for(lock, how_long, [this] { return ended_; });
-  }
   void signal_task(int signal) {
     if (!options_.cgroup.empty()) static_cast<void>(signal_cgroup(options_.cgroup, signal));
     kill(-task_, signal);
   }
-  void run() {
-    // A contact older than the task's start (an agent started cut off) counts from the start.
-    std::chrono::steady_clock::time_point heard = std::chrono::steady_clock::now();
-    const auto check =
-        std::clamp(options_.stop_after / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
-    while (wait(check)) {
-      if (auto contact = read_contact(options_.contact_file); contact && *contact > heard) heard = *contact;
-      if (std::chrono::steady_clock::now() - heard < options_.stop_after) continue;
-      say("no word from the bridge for " + std::to_string(options_.stop_after.count()) +
-          " ms (disconnect.stopOnRobotAfter): stopping the task, as the manager will run it elsewhere");
-      stopped_task_ = true;
-      signal_task(SIGTERM);
-      if (wait(options_.kill_after)) signal_task(SIGKILL);
-      return;
-    }
-  }
 
   const ShimOptions& options_;
   pid_t task_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool ended_ = false;
-  std::atomic<bool> stopped_task_{false};
-  std::thread thread_;
+  std::chrono::steady_clock::time_point heard_;
+  std::chrono::steady_clock::time_point kill_at_{};  // SIGKILL then, while killing_
+  bool killing_ = false;
+  bool stopped_ = false;
 };
 
 // The record's file is made and its blocks allocated before the task starts,
@@ -469,6 +463,12 @@ int run_shim(const ShimOptions& options) {
   script_argv.insert(script_argv.end(), argv.begin() + 1, argv.end());  // the task's arguments and the final null
   const std::vector<gid_t> groups(options.groups.begin(), options.groups.end());
 
+  // SIGCHLD blocked from before the task exists (the task's process unblocks
+  // every signal before its exec): the wait below takes it with sigtimedwait.
+  sigset_t child_signal;
+  sigemptyset(&child_signal);
+  sigaddset(&child_signal, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &child_signal, nullptr);
   // vfork: the child borrows the shim's memory until it executes the task,
   // so starting it copies no page tables (the shim waits meanwhile, as it
   // would for the failure pipe anyway).
@@ -502,19 +502,33 @@ int run_shim(const ShimOptions& options) {
   ContactWatch watch(options, task);
 
   // Learn how the task ended without reaping it yet (WNOWAIT); reap the
-  // orphans of the task that end meanwhile.
+  // orphans of the task that end meanwhile. SIGCHLD is blocked (before the
+  // task was started), so a child's end is never missed between a check and
+  // the wait for the next one.
   siginfo_t ended{};
   for (;;) {
     ended = siginfo_t{};
-    if (waitid(P_ALL, 0, &ended, WEXITED | WNOWAIT) != 0) {
+    if (waitid(P_ALL, 0, &ended, WEXITED | WNOWAIT | WNOHANG) != 0) {
       if (errno == EINTR) continue;
       say(std::string("waitid: ") + std::strerror(errno));  // cannot happen: the task is our child
       break;
     }
     if (ended.si_pid == task) break;
-    waitpid(ended.si_pid, nullptr, 0);
+    if (ended.si_pid != 0) {
+      waitpid(ended.si_pid, nullptr, 0);
+      continue;
+    }
+    // Nothing ended: wait for a child, or for the next contact check.
+    if (watch.enabled()) {
+      const auto wait = watch.check();
+      const timespec timeout{static_cast<time_t>(wait.count() / 1000),
+                             static_cast<long>(wait.count() % 1000) * 1'000'000};
+      sigtimedwait(&child_signal, nullptr, &timeout);
+    } else {
+      sigwaitinfo(&child_signal, nullptr);
+    }
   }
-  watch.stop();
+  sigprocmask(SIG_UNBLOCK, &child_signal, nullptr);
   ExitRecord record;
   record.pid = task;
   record.disconnected = watch.stopped_task();

@@ -5,12 +5,14 @@
 // A spare waits on a socket for its task and exits when the socket closes,
 // so one never outlives its agent.
 //
-// Threading: one thread (the agent's loop). Ownership: SpareShims owns the
-// spare it keeps ready; a spare taken is the taker's.
+// Threading: every method may be called from any thread (the runner's
+// launchers take spares side by side). Ownership: SpareShims owns the spare
+// it keeps ready; a spare taken is the taker's.
 #pragma once
 
 #include "k8s4r/common/result.h"
 
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -47,6 +49,7 @@ class SpareShims {
 
  private:
   std::string path_;
+  std::mutex mutex_;
   std::optional<SpareShim> ready_;
 };
 
