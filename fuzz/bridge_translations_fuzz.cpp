@@ -64,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       json patched = object;
       patched.merge_patch(verdict.write.status_patch);
       (void)crd::read_task(patched);
-      if (verdict.write.event) (void)bridge::task_event(object, *verdict.write.event, report, now);
+      for (const auto& event : verdict.write.events) (void)bridge::task_event(object, event, report, now);
     }
   }
   (void)bridge::judge_report(report, object, bridge::AppliedStatus{3, crd::TaskState::running});

@@ -61,41 +61,64 @@ void ReportSender::on_disconnected() {
 }
 
 void ReportSender::drain() {
-  if (!connected_ || in_flight_.size() >= kMaxInFlight) return;
+  if (!connected_) return;
   const std::uint64_t generation = generation_;
-  for (const QueuedReport& queued :
-       store_.oldest(kMaxInFlight - in_flight_.size(), durability_.failing(), sent_up_to_)) {
-    sent_up_to_ = queued.id;
-    if (!in_flight_.insert(queued.id).second) continue;  // its PUBACK is still to come
-    unconfirmed_.erase(queued.id);
-    const std::uint64_t id = queued.id;
-    link_.publish(queued.topic, queued.payload, 1, false, [this, generation, id](bool ok, const std::string& error) {
-      loop_.post([this, generation, id, ok, error] {
-        if (generation != generation_) return;  // a newer connection publishes it again
-        in_flight_.erase(id);
-        if (!ok) {
-          spdlog::warn("publishing a status report failed: {}; will retry", error);
-          sent_up_to_ = std::min(sent_up_to_, id - 1);
-          if (retry_timer_ == 0 && connected_) {
-            retry_timer_ = loop_.after(1s, [this] {
-              retry_timer_ = 0;
-              drain();
-            });
-          }
-          return;
-        }
-        if (!end_to_end_) {
-          store_.acknowledge(id);  // a Go K8s4r server confirms nothing: the broker's PUBACK is all there is
-          durability_.request(false);
-          if (on_delivered) on_delivered();
-        } else if (store_.queued(id)) {
-          unconfirmed_.emplace(id, loop_.clock().steady());  // not confirmed before its PUBACK came
-          schedule_resend();
-        }
-        drain();
-      });
-    });
+  while (in_flight_.size() < kMaxInFlight) {
+    const auto batch = store_.oldest(kMaxInFlight - in_flight_.size(), durability_.failing(), sent_up_to_);
+    if (batch.empty()) return;
+    for (const QueuedReport& queued : batch) {
+      sent_up_to_ = queued.id;
+      if (superseded(queued)) continue;
+      if (!in_flight_.insert(queued.id).second) continue;  // its PUBACK is still to come
+      unconfirmed_.erase(queued.id);
+      publish(queued, generation);
+    }
   }
+}
+
+// A task's first `running`, still queued when a later report of the task
+// was made, is not sent: the later one carries `startedAt`, the bridge
+// records `Started` from it, and its confirmation confirms both. A burst of
+// short tasks then costs one report each, not two. Every restart and end
+// stays a report (and an Event) of its own; a Go K8s4r server, which tells
+// nothing from `startedAt`, gets them all.
+bool ReportSender::superseded(const QueuedReport& queued) const {
+  if (!end_to_end_ || queued.state != TaskRunState::running) return false;
+  if (store_.last_queued(queued.task_uid) == queued.id) return false;
+  const auto status = parse_task_status(queued.payload);
+  return status.has_value() && status.value().event == "Started" && status.value().restart_count == 0;
+}
+
+void ReportSender::publish(const QueuedReport& queued, std::uint64_t generation) {
+  const std::uint64_t id = queued.id;
+  link_.publish(queued.topic, queued.payload, 1, false,
+                [this, generation, id, uid = queued.task_uid, seq = queued.seq](bool ok, const std::string& error) {
+                  loop_.post([this, generation, id, uid, seq, ok, error] {
+                    if (generation != generation_) return;  // a newer connection publishes it again
+                    in_flight_.erase(id);
+                    if (!ok) {
+                      spdlog::warn("publishing a status report failed: {}; will retry", error);
+                      sent_up_to_ = std::min(sent_up_to_, id - 1);
+                      if (retry_timer_ == 0 && connected_) {
+                        retry_timer_ = loop_.after(1s, [this] {
+                          retry_timer_ = 0;
+                          drain();
+                        });
+                      }
+                      return;
+                    }
+                    if (!end_to_end_) {
+                      // A Go K8s4r server confirms nothing: the broker's PUBACK is all there is.
+                      store_.confirm(uid, seq);
+                      durability_.request(false);
+                      if (on_delivered) on_delivered();
+                    } else if (store_.queued(id)) {
+                      unconfirmed_.emplace(id, loop_.clock().steady());  // not confirmed before its PUBACK came
+                      schedule_resend();
+                    }
+                    drain();
+                  });
+                });
 }
 
 void ReportSender::on_ack(const Ack& ack) {

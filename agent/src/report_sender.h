@@ -5,8 +5,9 @@
 // the commit holding it is durable (while storage fails, from memory: the
 // broker is then the only place it can be kept).
 //
-// A broker's PUBACK only frees a place in the window of kMaxInFlight
-// publishes; a report leaves the queue when the bridge confirms it on
+// A report that a later one of the same task supersedes before it was sent
+// is not sent (the later one's confirmation confirms it). A broker's PUBACK
+// only frees a place in the window of kMaxInFlight publishes; a report leaves the queue when the bridge confirms it on
 // k8s4r/robots/{robotId}/acks (recorded, or refused for good), which covers
 // the task's earlier reports too. What is unconfirmed is published again on
 // every new connection, after kFirstResend without a confirmation (then
@@ -65,6 +66,8 @@ class ReportSender {
   std::function<void()> on_delivered;
 
  private:
+  void publish(const QueuedReport& queued, std::uint64_t generation);
+  bool superseded(const QueuedReport& queued) const;
   void resend_all();
   void schedule_resend();
 

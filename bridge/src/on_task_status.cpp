@@ -74,12 +74,13 @@ void Bridge::on_task_status(const TaskStatus& report) {
   // Released once it stopped on the robot: a finished task, being deleted.
   if (view.deleting && view.has_bridge_finalizer && crd::is_terminal(write.state)) request.finalizer = false;
   writer_->write(task_ref(view.name), std::move(request));
-  if (write.event) writer_->create_event(task_event(*task, *write.event, report, now()));
-  spdlog::info(
-      "task {} ({}) on robot {}: {}{}{}{}", view.name, report.task_uid, report.robot_id, to_string(report.state),
-      report.seq ? " seq " + std::to_string(*report.seq) : "",
-      report.exit_code ? " exit code " + std::to_string(*report.exit_code) : "",
-      write.event && write.event->reason == "EndedOnRobot" ? " (its end on the robot; the Task stays Lost)" : "");
+  for (const TaskEvent& event : write.events) writer_->create_event(task_event(*task, event, report, now()));
+  spdlog::info("task {} ({}) on robot {}: {}{}{}{}", view.name, report.task_uid, report.robot_id,
+               to_string(report.state), report.seq ? " seq " + std::to_string(*report.seq) : "",
+               report.exit_code ? " exit code " + std::to_string(*report.exit_code) : "",
+               !write.events.empty() && write.events.back().reason == "EndedOnRobot"
+                   ? " (its end on the robot; the Task stays Lost)"
+                   : "");
 }
 
 }  // namespace k8s4r::bridge

@@ -110,8 +110,8 @@ ReportVerdict judge_report(const TaskStatus& report, const json& task, const App
       if (report.finished_at) message += " at " + format_rfc3339(*report.finished_at);
       if (!report.message.empty()) message += " (" + report.message + ")";
       message += "; the Task stays Lost and its replacement stands";
-      verdict.write.event =
-          TaskEvent{report.state == TaskRunState::completed ? "Normal" : "Warning", "EndedOnRobot", message};
+      verdict.write.events.push_back(
+          TaskEvent{report.state == TaskRunState::completed ? "Normal" : "Warning", "EndedOnRobot", message});
       return verdict;
     }
     if (final_report && report.seq) {
@@ -149,7 +149,14 @@ ReportVerdict judge_report(const TaskStatus& report, const json& task, const App
   if (!report.message.empty()) status["message"] = report.message;
   if (!report.logs_tail.empty()) status["logs"] = report.logs_tail;
   write.status_patch = {{"status", status}};
-  write.event = event_for(report, before);
+  // A report for a Task never seen running, other than its `running`: the
+  // agent does not send a task's first `running` once a later report of it
+  // is queued (docs/agent.md#reports-are-not-lost), so a short task can go
+  // from dispatching to its end in one report. It did start.
+  auto event = event_for(report, before);
+  if (before != crd::TaskState::running && report.started_at && (!event || event->reason != "Started"))
+    write.events.push_back(TaskEvent{"Normal", "Started", "started on robot " + report.robot_id});
+  if (event) write.events.push_back(std::move(*event));
   return verdict;
 }
 

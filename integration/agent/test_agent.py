@@ -226,7 +226,9 @@ def test_restart_policy_is_applied_locally(bridge, agent, tmp_path):
     assert final["state"] == "failed" and final["restartCount"] == 2 and final["exitCode"] == 1
     assert count_lines(runs) == 3
     events = [r["event"] for r in bridge.statuses("t-retry")]
-    assert events == ["Started", "Restarting", "Started", "Restarting", "Started", "Exited"]
+    # Its first `running` is not sent when its restart was queued before it went out (docs/agent.md#reports-are-not-lost).
+    assert events in (["Started", "Restarting", "Started", "Restarting", "Started", "Exited"],
+                      ["Restarting", "Started", "Restarting", "Started", "Exited"]), events
     # A task that succeeds after a restart completes.
     marker = tmp_path / "second-time"
     bridge.send(create("t-retry-ok", "/bin/sh", ["-c", f"test -e {marker} || {{ touch {marker}; exit 7; }}"],
@@ -515,9 +517,12 @@ def test_a_burst_of_a_thousand_dispatches_runs_each_once_and_heartbeats_go_on(br
             if topic.endswith("/status"):
                 report = json.loads(payload)
                 seqs.setdefault(report["taskUid"], set()).add(report["seq"])
-    # Two reports each; one counter serves every task, so no seq appears twice.
-    assert all(len(seqs[uid]) == 2 for uid in uids), {uid: sorted(seqs.get(uid, ())) for uid in uids if len(seqs.get(uid, ())) != 2}
-    assert len(set().union(*seqs.values())) == 2 * len(uids)
+    # A `running` report and the final one, or the final one alone when it was queued before `running` went out
+    # (docs/agent.md#reports-are-not-lost): never a third, and the final one is the newest. One counter serves every task,
+    # so no seq appears for two tasks.
+    assert all(len(seqs[uid]) in (1, 2) and max(seqs[uid]) == finals[uid]["seq"] for uid in uids), \
+        {uid: sorted(seqs.get(uid, ())) for uid in uids if len(seqs.get(uid, ())) not in (1, 2)}
+    assert len(set().union(*seqs.values())) == sum(len(s) for s in seqs.values())
     # Heartbeats (every 1 s) went on through the burst: no gap near the 77 s seen before. Counted from
     # the last heartbeat before it to the first after it.
     done_at = len(bridge.on(HEARTBEAT))

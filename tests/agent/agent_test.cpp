@@ -303,21 +303,55 @@ TEST_F(AgentTest, WhatTheBridgeDoesNotConfirmIsSentAgainLaterAndAtOnceWhenTheBri
   ASSERT_EQ(link_->status_reports().size(), 2u);
   advance(9s);
   EXPECT_EQ(link_->status_reports().size(), 2u);
-  advance(2s);  // 10 s without a confirmation: both again, in order
-  ASSERT_EQ(link_->status_reports().size(), 4u);
-  EXPECT_EQ(seq_of(link_->status_reports()[2]), 1);
-  EXPECT_EQ(seq_of(link_->status_reports()[3]), 2);
+  advance(2s);  // 10 s without a confirmation: again, the final report only (it supersedes the first)
+  ASSERT_EQ(link_->status_reports().size(), 3u);
+  EXPECT_EQ(seq_of(link_->status_reports()[2]), 2);
   acknowledge_all();
   advance(19s);  // then after 20 s
-  EXPECT_EQ(link_->status_reports().size(), 4u);
+  EXPECT_EQ(link_->status_reports().size(), 3u);
   advance(2s);
-  ASSERT_EQ(link_->status_reports().size(), 6u);
+  ASSERT_EQ(link_->status_reports().size(), 4u);
   acknowledge_all();
   // The bridge comes back (a heartbeat's acknowledgement): sent again at once,
   // not at the end of the 40 s wait.
   send_ack(Ack{"robot-1", {}, clock_.wall()});
-  ASSERT_EQ(link_->status_reports().size(), 8u);
+  ASSERT_EQ(link_->status_reports().size(), 5u);
   send_ack(Ack{"robot-1", {{"t-1", 2, ReportResult::recorded}}});
+  advance(1s);
+  EXPECT_EQ(queued_on_disk(), 0u);  // the first went with the second's confirmation
+}
+
+TEST_F(AgentTest, AFirstRunningReportALaterOneSupersedesBeforeItWasSentIsNotSent) {
+  connect();
+  dispatch("t-1");
+  dispatch("t-2", "/bin/false", R"(,"restartPolicy":{"attempts":1,"interval":"1h","delay":"1s","mode":"fail"})");
+  link_->events.connection_lost("gone");  // reports pile up meanwhile
+  settle();
+  runner_->start_ok("t-1");
+  runner_->start_ok("t-2");
+  settle();
+  runner_->exit("t-1", 0);
+  runner_->exit("t-2", 1);
+  settle();
+  advance(1s);  // t-2 starts again
+  runner_->start_ok("t-2");
+  settle();
+  runner_->exit("t-2", 1);
+  settle();
+  link_->published.clear();
+  link_->events.connected();
+  settle();
+  // t-1: completed (seq 3) alone, not running (seq 1) before it; its startedAt says it started.
+  ASSERT_EQ(reports_for("t-1").size(), 1u);
+  EXPECT_EQ(reports_for("t-1")[0].state, TaskRunState::completed);
+  EXPECT_TRUE(reports_for("t-1")[0].started_at);
+  // t-2: its restart and its second start are reports of their own; only its first `running` is not.
+  std::vector<std::string> events;
+  for (const TaskStatus& report : reports_for("t-2")) events.push_back(report.event);
+  EXPECT_EQ(events, (std::vector<std::string>{"Restarting", "Started", "Exited"}));
+  send_ack(Ack{"robot-1",
+               {{"t-1", *reports_for("t-1")[0].seq, ReportResult::recorded},
+                {"t-2", *reports_for("t-2").back().seq, ReportResult::recorded}}});
   advance(1s);
   EXPECT_EQ(queued_on_disk(), 0u);
 }

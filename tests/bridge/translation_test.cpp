@@ -180,8 +180,8 @@ TEST(TaskPatches, AReportFromTheAssignedRobotIsMergedIntoStatusWithAnEvent) {
   ASSERT_EQ(running.kind, Kind::write) << running.refusal.message;
   EXPECT_EQ(running.write.status_patch["status"]["state"], "running");
   EXPECT_EQ(running.write.status_patch["status"]["statusSeq"], 1);
-  ASSERT_TRUE(running.write.event);
-  EXPECT_EQ(running.write.event->reason, "Started");
+  ASSERT_EQ(running.write.events.size(), 1u);
+  EXPECT_EQ(running.write.events[0].reason, "Started");
 
   TaskStatus timeout = report("robot-001", TaskRunState::failed, 2);
   timeout.reason = "Timeout";
@@ -191,8 +191,35 @@ TEST(TaskPatches, AReportFromTheAssignedRobotIsMergedIntoStatusWithAnEvent) {
   ASSERT_EQ(failed.kind, Kind::write);
   EXPECT_EQ(failed.write.status_patch["status"]["exitCode"], 137);
   EXPECT_EQ(failed.write.status_patch["status"]["reason"], "Timeout");
-  EXPECT_EQ(failed.write.event->reason, "Timeout");
-  EXPECT_EQ(failed.write.event->type, "Warning");
+  ASSERT_EQ(failed.write.events.size(), 1u);
+  EXPECT_EQ(failed.write.events[0].reason, "Timeout");
+  EXPECT_EQ(failed.write.events[0].type, "Warning");
+}
+
+TEST(TaskPatches, AnEndWhoseRunningReportNeverCameStillTellsThatItStarted) {
+  // The agent does not send a task's first `running` once a later report is
+  // queued: a short task in a burst can go from dispatching to completed in
+  // one report.
+  TaskStatus ended = report("robot-001", TaskRunState::completed, 2);
+  ended.started_at = parse_rfc3339("2026-11-27T10:00:00Z").value();
+  auto verdict = judge_report(ended, task_on("robot-001", "dispatching"), {});
+  ASSERT_EQ(verdict.kind, Kind::write) << verdict.refusal.message;
+  EXPECT_EQ(verdict.write.status_patch["status"]["startedAt"], "2026-11-27T10:00:00Z");
+  ASSERT_EQ(verdict.write.events.size(), 2u);
+  EXPECT_EQ(verdict.write.events[0].reason, "Started");
+  EXPECT_EQ(verdict.write.events[1].reason, "Completed");
+  // A restart the first time it is heard of: it started, then restarted.
+  TaskStatus restarting = report("robot-001", TaskRunState::running, 2);
+  restarting.event = "Restarting";
+  restarting.started_at = ended.started_at;
+  auto restarted = judge_report(restarting, task_on("robot-001", "dispatching"), {});
+  ASSERT_EQ(restarted.write.events.size(), 2u);
+  EXPECT_EQ(restarted.write.events[0].reason, "Started");
+  EXPECT_EQ(restarted.write.events[1].reason, "Restarted");
+  // Seen running before: only its end.
+  auto after_running = judge_report(ended, task_on("robot-001", "running", 1), {});
+  ASSERT_EQ(after_running.write.events.size(), 1u);
+  EXPECT_EQ(after_running.write.events[0].reason, "Completed");
 }
 
 TEST(TaskPatches, WrongRobotsAndLateRunningReportsAreRefusedForGood) {
@@ -240,10 +267,10 @@ TEST(TaskPatches, TheTrueEndOfATaskMarkedLostIsRecordedBesideItsStateWithAnEvent
   EXPECT_EQ(status["endOnRobot"]["state"], "completed");
   EXPECT_EQ(status["endOnRobot"]["exitCode"], 0);
   EXPECT_EQ(status["endOnRobot"]["finishedAt"], format_rfc3339(kNow, TimePrecision::as_needed));
-  ASSERT_TRUE(verdict.write.event);
-  EXPECT_EQ(verdict.write.event->reason, "EndedOnRobot");
-  EXPECT_EQ(verdict.write.event->type, "Normal");
-  EXPECT_NE(verdict.write.event->message.find("stays Lost"), std::string::npos);
+  ASSERT_EQ(verdict.write.events.size(), 1u);
+  EXPECT_EQ(verdict.write.events[0].reason, "EndedOnRobot");
+  EXPECT_EQ(verdict.write.events[0].type, "Normal");
+  EXPECT_NE(verdict.write.events[0].message.find("stays Lost"), std::string::npos);
   // Once recorded, the same end sent again changes nothing.
   lost.merge_patch(verdict.write.status_patch);
   EXPECT_EQ(judge_report(report("robot-001", TaskRunState::completed, 3), lost, {}).kind, Kind::recorded);

@@ -86,6 +86,11 @@ class StateStore {
   const StoredTask* find(const std::string& uid) const;
   std::size_t queued_reports() const { return reports_.size(); }
   bool queued(std::uint64_t report_id) const { return reports_.count(report_id) > 0; }
+  // The id of the task's newest queued report; 0 when none is queued.
+  std::uint64_t last_queued(const std::string& uid) const {
+    const auto found = reports_by_task_.find(uid);
+    return found == reports_by_task_.end() ? 0 : *found->second.rbegin();
+  }
   std::size_t capacity() const { return capacity_; }
   std::size_t finished_tasks() const { return finished_; }
   // The highest seq recorded for any task, ever (forgetting a task does not

@@ -37,8 +37,8 @@ struct TaskEvent {
 };
 
 struct StatusWrite {
-  nlohmann::json status_patch;  // {"status": {...}}
-  std::optional<TaskEvent> event;
+  nlohmann::json status_patch;    // {"status": {...}}
+  std::vector<TaskEvent> events;  // in the order they happened
   crd::TaskState state;
   std::optional<std::int64_t> seq;
 };
