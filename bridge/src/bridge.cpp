@@ -129,9 +129,16 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
                          }});
 
   acks_ = std::make_unique<AckSender>(loop_, [this](const std::string& topic, const std::string& payload) {
-    // Not connected: the robot sends what is unconfirmed again, and is
+    // At QoS 0: an acknowledgement lost costs the robot a resend, which is
+    // answered again; at QoS 1 every heartbeat's would wait in the window of
+    // 20 unacknowledged publishes the broker allows, and a fleet's pile up
+    // in the bridge's memory. Not connected: the robot sends again, and is
     // answered then.
-    if (mqtt_connected_) publish(topic, payload);
+    if (mqtt_connected_ && link_) {
+      link_->publish(topic, payload, 0, false, [topic](bool ok, const std::string& error) {
+        if (!ok) spdlog::debug("acknowledgement to {} not sent: {}", topic, error);
+      });
+    }
   });
   writer_ = std::make_unique<KubeWriter>(
       client_,

@@ -54,6 +54,10 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.heartbeat_write_interval); }},
       {"dispatch-resend-after", "publish a Task again when still dispatching this long after, a Go duration (30s)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.dispatch_resend_after); }},
+      {"heartbeat-ack-interval",
+       "acknowledge a robot's heartbeats at most this often, a Go duration (5s); keep it well below the tasks' "
+       "disconnect.stopOnRobotAfter",
+       [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.heartbeat_ack_interval); }},
       {"legacy-topics",
        "true or false: also take register and heartbeat on Go K8s4r's shared topics, where any client can name any "
        "robot (true; turn off once no Go agent is left)",

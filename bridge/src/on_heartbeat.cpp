@@ -42,8 +42,14 @@ void Bridge::on_heartbeat(const Heartbeat& message, bool acknowledge) {
       }
     }
   }
-  // Heard: the robot's contact with the bridge (docs/protocol.md#ack).
-  if (acknowledge) acks_->heartbeat(robot_id, message.timestamp);
+  // Heard: the robot's contact with the bridge (docs/protocol.md#ack), at
+  // most once per --heartbeat-ack-interval: a flood of heartbeats must not
+  // become a flood of acknowledgements through the broker.
+  if (acknowledge &&
+      (!memory.heartbeat_acked || steady_now - *memory.heartbeat_acked >= config_.heartbeat_ack_interval)) {
+    memory.heartbeat_acked = steady_now;
+    acks_->heartbeat(robot_id, message.timestamp);
+  }
   if (std::exchange(memory.resend_dispatches_at_heartbeat, false)) resend_dispatching(robot_id);
   confirm_recorded_ends(message);
   stop_ended_tasks_listed(robot_id, message.running_tasks);

@@ -143,6 +143,24 @@ def test_a_robot_that_cannot_store_its_state_shows_storage_ready_false_until_it_
     wait_until(lambda: (c := storage_ready()) and c["status"] == "True", 10, "StorageReady True again")
 
 
+def test_a_flood_of_heartbeats_is_not_answered_with_a_flood_of_acks(sim, robot, bridge, observer):
+    """Each heartbeat acknowledgement goes through the broker; a robot (or a client speaking for it) heartbeating
+    200 times in a burst gets at most one per --heartbeat-ack-interval (5 s by default), and is still heard."""
+    acks = "k8s4r/robots/robot-1/acks"
+    observer.wait_for(acks, lambda m: "heartbeat" in m, timeout=20)  # the robot is heard
+    before = bridge.metric("k8s4r_bridge_messages_total", topic="heartbeat")
+    started, acked_before = time.monotonic(), len([m for m in observer.json_on(acks) if "heartbeat" in m])
+    for n in range(200):
+        observer.publish("k8s4r/robots/robot-1/heartbeat", {"robotId": "robot-1", "runningTasks": [],
+                                                            "timestamp": f"2026-11-27T10:00:{n % 60:02d}Z"}, qos=0)
+    wait_until(lambda: bridge.metric("k8s4r_bridge_messages_total", topic="heartbeat") >= before + 200, 20,
+               "the bridge to take the burst")
+    elapsed = time.monotonic() - started
+    acked = len([m for m in observer.json_on(acks) if "heartbeat" in m]) - acked_before
+    assert acked <= elapsed / 5 + 2, (acked, elapsed)
+    assert bridge.ready()
+
+
 def test_bad_input_is_refused_counted_and_survived(sim, robot, bridge, observer):
     observer.publish("k8s4r/register", b"not json")
     observer.publish("k8s4r/heartbeat", {"robotId": "Robot/1#"})

@@ -137,7 +137,8 @@ class Cluster:
             config += "persistence false\n"
         self.broker = Broker(self.tmp / "broker", config)
         self.bridge = BridgeProcess(self.tmp / "bridge", self.broker, self.sim,
-                                    ["--heartbeat-write-interval", "2s", "--dispatch-resend-after", "3s"])
+                                    ["--heartbeat-write-interval", "2s", "--dispatch-resend-after", "3s",
+                                     "--heartbeat-ack-interval", "500ms"])
         self.bridge.start()
         self.manager = ManagerProcess(self.tmp / "manager", self.sim).start()
         self.proxies, self.agents = {}, {}

@@ -87,8 +87,10 @@ def broker(tmp_path):
 
 @pytest.fixture
 def bridge(tmp_path, broker, sim):
+    # Heartbeats acknowledged every half second: the agents below stop their tasks after 4 s without word.
     made = BridgeProcess(tmp_path / "bridge", broker, sim, ["--heartbeat-write-interval", "2s",
-                                                           "--dispatch-resend-after", "2s"]).start()
+                                                           "--dispatch-resend-after", "2s",
+                                                           "--heartbeat-ack-interval", "500ms"]).start()
     yield made
     made.stop()
 

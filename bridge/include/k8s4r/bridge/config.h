@@ -24,6 +24,9 @@ struct BridgeConfig {
   std::string metrics_bind_address = "127.0.0.1:9090";  // metrics-bind-address: /metrics, /healthz, /readyz
   std::chrono::nanoseconds heartbeat_write_interval = std::chrono::seconds(60);  // heartbeat-write-interval
   std::chrono::nanoseconds dispatch_resend_after = std::chrono::seconds(30);     // dispatch-resend-after
+  // heartbeat-ack-interval: a robot's heartbeats are acknowledged at most this
+  // often (its contact with the bridge; every one at the agent's default 30s).
+  std::chrono::nanoseconds heartbeat_ack_interval = std::chrono::seconds(5);
   // legacy-topics: also take Go K8s4r agents' register and heartbeat on the
   // shared k8s4r/register and k8s4r/heartbeat, where the robot is named only
   // in the payload. Turn off once no Go agent is left (docs/security.md).

@@ -273,7 +273,7 @@ struct ReportAck {
   bool operator==(const ReportAck&) const = default;
 };
 
-// k8s4r/robots/{robotId}/acks, bridge -> agent, QoS 1: the end-to-end
+// k8s4r/robots/{robotId}/acks, bridge -> agent, QoS 0: the end-to-end
 // acknowledgement of what a robot sent. `reports` answers status reports
 // once the bridge has recorded them in Kubernetes (or will never);
 // `heartbeat` echoes the timestamp of a heartbeat the bridge received, so
