@@ -103,8 +103,10 @@ struct Agent::Parts {
   RunnerEvents runner_events(daemon::EventLoop& loop) {
     RunnerEvents events;
     events.started = [this, &loop](const std::string& uid, Result<TaskProcess> processes) {
-      loop.post(
-          [this, uid, processes = std::move(processes)]() mutable { lifecycle.on_started(uid, std::move(processes)); });
+      loop.post([this, uid, processes = std::move(processes)]() mutable {
+        lifecycle.on_started(uid, std::move(processes));
+        session.heartbeat_cadence_changed();  // its disconnect window may be the shortest now
+      });
     };
     events.exited = [this, &loop](const TaskExit& exit) { loop.post([this, exit] { lifecycle.on_exit(exit); }); };
     events.signalled = [](const SignalAction& action, std::chrono::nanoseconds lateness) {
@@ -143,6 +145,15 @@ struct Agent::Parts {
       return store->unconfirmed_ends(kMaxEndedTasksListed, more);
     };
     report.storage_error = [this] { return durability.storage_error(); };
+    report.shortest_stop_window = [this] {
+      std::optional<std::chrono::nanoseconds> shortest;
+      for (const auto& [uid, task] : tasks) {
+        if (!task.active()) continue;
+        const auto window = lifecycle.stop_after_disconnect(task);
+        if (window > std::chrono::nanoseconds::zero() && (!shortest || window < *shortest)) shortest = window;
+      }
+      return shortest;
+    };
     return report;
   }
 

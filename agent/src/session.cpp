@@ -153,7 +153,27 @@ void Session::send_heartbeat() {
       });
     }
   });
-  heartbeat_timer_ = loop_.after(config_.heartbeat_interval, [this] { send_heartbeat(); });
+  heartbeat_sent_ = loop_.clock().steady();
+  heartbeat_due_ = heartbeat_sent_ + std::chrono::duration_cast<SteadyTime::duration>(heartbeat_every());
+  heartbeat_timer_ = loop_.at(heartbeat_due_, [this] { send_heartbeat(); });
+}
+
+std::chrono::nanoseconds Session::heartbeat_every() const {
+  std::chrono::nanoseconds every = config_.heartbeat_interval;
+  if (report_.shortest_stop_window) {
+    if (const auto window = report_.shortest_stop_window(); window && *window > std::chrono::nanoseconds::zero())
+      every = std::min(every, std::max<std::chrono::nanoseconds>(1s, *window / 4));
+  }
+  return every;
+}
+
+void Session::heartbeat_cadence_changed() {
+  if (!connected_ || stopped_ || heartbeat_timer_ == 0) return;
+  const SteadyTime due = heartbeat_sent_ + std::chrono::duration_cast<SteadyTime::duration>(heartbeat_every());
+  if (due >= heartbeat_due_) return;
+  loop_.cancel(heartbeat_timer_);
+  heartbeat_due_ = due;
+  heartbeat_timer_ = loop_.at(due, [this] { send_heartbeat(); });
 }
 
 void Session::tell_storage_state() {

@@ -30,6 +30,10 @@ struct RobotReport {
   // Heartbeat's endedTasks (and whether there were more than it lists).
   std::function<std::vector<RunningTask>(bool& more)> ended_tasks;
   std::function<std::optional<StorageError>()> storage_error;
+  // The shortest disconnect window (disconnect.stopOnRobotAfter) of the
+  // tasks it runs, if any has one: the heartbeat comes at least four times
+  // in it, so the bridge's answers keep the robot in contact.
+  std::function<std::optional<std::chrono::nanoseconds>()> shortest_stop_window;
 };
 
 struct SessionListener {
@@ -64,6 +68,12 @@ class Session {
 
   // Tells the bridge at once (heartbeat and presence) that storage changed.
   void tell_storage_state();
+  // A task started or ended: heartbeat sooner if a shorter disconnect
+  // window now needs it.
+  void heartbeat_cadence_changed();
+  // heartbeat-interval, or a quarter of the shortest disconnect window of
+  // the running tasks when that is shorter (never under 1 s).
+  std::chrono::nanoseconds heartbeat_every() const;
   // No more reconnects, registers or heartbeats.
   void stop();
   // Publishes presence offline (retained), then `done` on the loop.
@@ -91,6 +101,8 @@ class Session {
   std::chrono::milliseconds reconnect_backoff_{0}, register_backoff_{0};
   daemon::EventLoop::TimerId reconnect_timer_ = 0, register_timer_ = 0, heartbeat_timer_ = 0;
   Timestamp connected_at_{};
+  SteadyTime heartbeat_due_{};  // when heartbeat_timer_ fires
+  SteadyTime heartbeat_sent_{};
 };
 
 }  // namespace k8s4r::agent

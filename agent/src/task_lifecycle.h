@@ -65,6 +65,8 @@ class TaskLifecycle {
   void on_exit(const TaskExit& exit);
   void on_artifacts(const std::string& uid, Result<void> outcome);
 
+  // The task's disconnect.stopOnRobotAfter, else the agent's default (0: never).
+  std::chrono::nanoseconds stop_after_disconnect(const AgentTask& task) const;
   // Keeps running tasks' output within max-log-bytes (called each heartbeat interval).
   void cap_logs();
   // True when no task is starting, running or waiting to restart.
@@ -85,8 +87,6 @@ class TaskLifecycle {
   void begin(AgentTask& task);
   void start_run(AgentTask& task);
   bool hand_over(AgentTask& task);
-  // The task's disconnect.stopOnRobotAfter, else the agent's default (0: never).
-  std::chrono::nanoseconds stop_after_disconnect(const AgentTask& task) const;
 
   const AgentConfig& config_;
   TaskTable& tasks_;

@@ -466,6 +466,28 @@ TEST_F(AgentTest, HeartbeatsKeepTheirIntervalAndListTheRunningTasks) {
   EXPECT_TRUE(heartbeats()[3].running_tasks.empty());
 }
 
+TEST_F(AgentTest, ATaskWithAShortDisconnectWindowIsHeartbeatedForFourTimesInIt) {
+  // The robot hears from the bridge when a heartbeat is answered: with a 10 s
+  // interval, a task allowed 8 s without word would be stopped while in contact.
+  connect();
+  ASSERT_EQ(heartbeats().size(), 1u);
+  dispatch("t-4", "/bin/true", R"(,"disconnect":{"stopOnRobotAfter":"8s"})");
+  runner_->start_ok("t-4");
+  settle();
+  advance(2s);  // a quarter of its window after the last one, not 10 s
+  ASSERT_EQ(heartbeats().size(), 2u);
+  advance(2s);
+  ASSERT_EQ(heartbeats().size(), 3u);
+  runner_->exit("t-4", 0);
+  settle();
+  advance(2s);  // the one already due
+  ASSERT_EQ(heartbeats().size(), 4u);
+  advance(9s);  // then the interval again
+  EXPECT_EQ(heartbeats().size(), 4u);
+  advance(1s);
+  EXPECT_EQ(heartbeats().size(), 5u);
+}
+
 TEST_F(AgentTest, RegistersUntilTheBridgeAnswersWithABackoffThatGrows) {
   connect();
   ASSERT_EQ(link_->on("/register").size(), 1u);
