@@ -25,6 +25,10 @@ robot its own MQTT connection, client id and last will) and a real k8s4r-agent.
 Usage:
   /usr/bin/python3 bench/bridge_bench.py                 # the figures in docs/performance.md
   /usr/bin/python3 bench/bridge_bench.py --short         # small and quick: run by scripts/test.sh
+  /usr/bin/python3 bench/bridge_bench.py --agent-binary before=OLD/k8s4r-agent --agent-binary after=build/bin/k8s4r-agent
+                                                         # phase 4 for two agents, alternating, side by side
+  /usr/bin/python3 bench/bridge_bench.py --bridge-arg=--heartbeat-ack-interval --bridge-arg=1h
+                                                         # the bridge with more flags
 Exits non-zero when something did not work (a robot not registered, a Task
 never completed or never ran, a GET or LIST per message); the timing goals are
 reported, never asserted.
@@ -146,7 +150,8 @@ class Bench:
         self.broker = Broker(self.workdir / "broker")  # with docs/bridge.md's settings
         self.stopping.append(self.broker.stop)
         self.bridge = BridgeProcess(self.workdir / "bridge", self.broker, self.sim, log_level="info",
-                                    extra=["--heartbeat-write-interval", self.args.heartbeat_write_interval])
+                                    extra=["--heartbeat-write-interval", self.args.heartbeat_write_interval,
+                                           *self.args.bridge_arg])
         self.bridge.start()
         self.stopping.append(self.bridge.stop)
         self.bridge_pid = self.bridge.process.pid
@@ -323,36 +328,45 @@ class Bench:
 
     # ---- 4: dispatch latency through a real agent -------------------------------------
     def dispatch_latency(self):
+        """Each agent of --agent-binary (else K8S4R_BIN_DIR's) gets --dispatch-tasks Tasks, dispatched one after
+        another, alternating between the agents so they share the machine's moments."""
         count = self.args.dispatch_tasks
-        agent = AgentProcess(self.broker, self.workdir / "agent", "bench-agent")
-        agent.start()
-        self.stopping.append(agent.cleanup)
-        wait_until(lambda: self.sim.request("GET", "/apis/robot.k8s4r.io/v1alpha1/namespaces/default/robots/"
-                                            "bench-agent")[0] == 200, 30, "the agent's Robot")
-        # The agent takes no task before the bridge has answered its register, and on a slow machine that answer
-        # waits behind the fleet's register storm (robots ask again every 5 s until answered): the clock must not
-        # start before it arrived.
-        wait_until(lambda: "] registered" in agent.log_text(), 180, "the agent's register to be answered")
-        names = [f"latency-{i:05d}" for i in range(count)]
-        self.create_tasks("default", names, ["bench-agent"], {"bench": "latency"},
-                          command=("/bin/sh", "-c", "date +%s%N; sleep 0.1"))
+        agents = {}
+        for label, path in self.args.agent_binary or [("agent", None)]:
+            robot = f"bench-{label}"
+            agent = AgentProcess(self.broker, self.workdir / robot, robot, binary_path=path)
+            agent.start()
+            self.stopping.append(agent.cleanup)
+            agents[label] = agent
+            wait_until(lambda: self.sim.request("GET", "/apis/robot.k8s4r.io/v1alpha1/namespaces/default/robots/"
+                                                + robot)[0] == 200, 30, f"the Robot {robot}")
+            # The agent takes no task before the bridge has answered its register, and on a slow machine that
+            # answer waits behind the fleet's register storm (robots ask again every 5 s until answered): the clock
+            # must not start before it arrived.
+            wait_until(lambda: "] registered" in agent.log_text(), 180, f"{robot}'s register to be answered")
+        names = {label: [f"latency-{label}-{i:05d}" for i in range(count)] for label in agents}
+        for label in agents:
+            self.create_tasks("default", names[label], [f"bench-{label}"], {"bench": "latency"},
+                              command=("/bin/sh", "-c", "date +%s%N; sleep 0.1"))
         running_seen = {}
-        watch = threading.Thread(target=self.watch_running, args=(running_seen, count), daemon=True)
+        watch = threading.Thread(target=self.watch_running, args=(running_seen, count * len(agents)), daemon=True)
         watch.start()
         patched = {}
         # One kept-alive connection, as a controller holds one: the clock starts as the PATCH is sent, not before a
         # TLS handshake.
         connection = self.api_connection()
-        for name in names:
-            body = json.dumps({"status": {"state": "dispatching"}})
-            patched[name] = time.time_ns()
-            connection.request("PATCH", TASKS.format(ns="default") + f"/{name}/status", body=body,
-                               headers={"Authorization": "Bearer admin-token",
-                                        "Content-Type": "application/merge-patch+json"})
-            response = connection.getresponse()
-            assert response.status == 200, response.read()
-            response.read()
-            wait_until(lambda: name in running_seen, 30, f"{name} to be running")
+        for i in range(count):
+            for label in agents:
+                name = names[label][i]
+                body = json.dumps({"status": {"state": "dispatching"}})
+                patched[name] = time.time_ns()
+                connection.request("PATCH", TASKS.format(ns="default") + f"/{name}/status", body=body,
+                                   headers={"Authorization": "Bearer admin-token",
+                                            "Content-Type": "application/merge-patch+json"})
+                response = connection.getresponse()
+                assert response.status == 200, response.read()
+                response.read()
+                wait_until(lambda: name in running_seen, 30, f"{name} to be running")
         connection.close()
         buckets = {line.split('le="')[1].split('"')[0]: float(line.split()[-1])
                    for line in self.bridge.http("/metrics")[1].splitlines()
@@ -365,38 +379,41 @@ class Bench:
             items.update({item["metadata"]["name"]: item for item in listed["items"]})
             return all(item.get("status", {}).get("state") == "completed" for item in listed["items"])
         wait_until(all_completed, 120, "every latency Task to complete")
-        to_child = [(int(items[n]["status"]["logs"].split()[0]) - patched[n]) / 1e6 for n in names]
-        to_running = [(running_seen[n] - patched[n]) / 1e6 for n in names]
-        result = {"tasks": count,
-                  "to_child_p50_ms": round(statistics.median(to_child), 1),
-                  "to_child_p99_ms": round(percentile(to_child, 0.99), 1),
-                  "to_running_p50_ms": round(statistics.median(to_running), 1),
-                  "to_running_p99_ms": round(percentile(to_running, 0.99), 1)}
-        # Where the time goes, from the daemons' logs (millisecond clocks, so small stages read 0 or 1 ms): the PATCH
-        # to the bridge publishing (the stand-in's watch, the informer, the loop), to the agent accepting it (the
-        # broker, the agent's MQTT thread and loop), to its child started (the journal's fsync, posix_spawn), to the
-        # shell printing the clock.
-        uid_of = {n: items[n]["metadata"]["uid"] for n in names}
-        published = log_times(self.bridge.log_text(), r"dispatching task (\S+) ")
-        agent_log = agent.log_text()
-        accepted = log_times(agent_log, r"task (\S+) \(\S+\): accepted")
-        started = log_times(agent_log, r"task (\S+): started pid")
-        child = {n: int(items[n]["status"]["logs"].split()[0]) for n in names}
-        stages = {"patch_to_bridge_publish": [published[n] - patched[n] for n in names if n in published],
-                  "bridge_publish_to_agent_accept": [accepted[uid_of[n]] - published[n] for n in names
-                                                     if n in published and uid_of[n] in accepted],
-                  "agent_accept_to_spawned": [started[uid_of[n]] - accepted[uid_of[n]] for n in names
-                                              if uid_of[n] in accepted and uid_of[n] in started],
-                  "spawned_to_child_clock": [child[n] - started[uid_of[n]] for n in names if uid_of[n] in started]}
-        result["stages_ms"] = {stage: {"p50": round(statistics.median(v) / 1e6, 1),
-                                       "p99": round(percentile(v, 0.99) / 1e6, 1), "count": len(v)}
-                               for stage, v in stages.items() if v}
-        print("dispatch stages (from the logs, 1 ms resolution):",
-              "; ".join(f"{k} p50 {v['p50']} ms, p99 {v['p99']} ms" for k, v in result["stages_ms"].items()))
-        self.results["dispatch"] = result
-        print(f"dispatch latency over {count} tasks: to the child p50 {result['to_child_p50_ms']} ms, p99 "
-              f"{result['to_child_p99_ms']} ms; to running in the API p50 {result['to_running_p50_ms']} ms, p99 "
-              f"{result['to_running_p99_ms']} ms")
+        self.results["dispatch"] = {}
+        for label, agent in agents.items():
+            own = names[label]
+            to_child = [(int(items[n]["status"]["logs"].split()[0]) - patched[n]) / 1e6 for n in own]
+            to_running = [(running_seen[n] - patched[n]) / 1e6 for n in own]
+            result = {"tasks": count,
+                      "to_child_p50_ms": round(statistics.median(to_child), 1),
+                      "to_child_p99_ms": round(percentile(to_child, 0.99), 1),
+                      "to_running_p50_ms": round(statistics.median(to_running), 1),
+                      "to_running_p99_ms": round(percentile(to_running, 0.99), 1)}
+            # Where the time goes, from the daemons' logs (millisecond clocks, so small stages read 0 or 1 ms): the
+            # PATCH to the bridge publishing (the stand-in's watch, the informer, the loop), to the agent accepting
+            # it (the broker, the agent's MQTT thread and loop), to its child started (the journal's fsync, the
+            # shim), to the shell printing the clock.
+            uid_of = {n: items[n]["metadata"]["uid"] for n in own}
+            published = log_times(self.bridge.log_text(), r"dispatching task (\S+) ")
+            agent_log = agent.log_text()
+            accepted = log_times(agent_log, r"task (\S+) \(\S+\): accepted")
+            started = log_times(agent_log, r"task (\S+): started pid")
+            child = {n: int(items[n]["status"]["logs"].split()[0]) for n in own}
+            stages = {"patch_to_bridge_publish": [published[n] - patched[n] for n in own if n in published],
+                      "bridge_publish_to_agent_accept": [accepted[uid_of[n]] - published[n] for n in own
+                                                         if n in published and uid_of[n] in accepted],
+                      "agent_accept_to_spawned": [started[uid_of[n]] - accepted[uid_of[n]] for n in own
+                                                  if uid_of[n] in accepted and uid_of[n] in started],
+                      "spawned_to_child_clock": [child[n] - started[uid_of[n]] for n in own if uid_of[n] in started]}
+            result["stages_ms"] = {stage: {"p50": round(statistics.median(v) / 1e6, 1),
+                                           "p99": round(percentile(v, 0.99) / 1e6, 1), "count": len(v)}
+                                   for stage, v in stages.items() if v}
+            print(f"{label}: dispatch stages (from the logs, 1 ms resolution):",
+                  "; ".join(f"{k} p50 {v['p50']} ms, p99 {v['p99']} ms" for k, v in result["stages_ms"].items()))
+            self.results["dispatch"][label] = result
+            print(f"{label}: dispatch latency over {count} tasks: to the child p50 {result['to_child_p50_ms']} ms, "
+                  f"p99 {result['to_child_p99_ms']} ms; to running in the API p50 {result['to_running_p50_ms']} "
+                  f"ms, p99 {result['to_running_p99_ms']} ms")
 
     def api_connection(self):
         host, port = self.sim.url.split("://", 1)[1].rsplit(":", 1)
@@ -448,6 +465,12 @@ def main():
                         help="offered heartbeat rates to measure between the steady window and the flood (5000,10000,20000)")
     parser.add_argument("--status-tasks", type=int, default=2000)
     parser.add_argument("--dispatch-tasks", type=int, default=1000)
+    parser.add_argument("--agent-binary", action="append", type=lambda text: tuple(text.split("=", 1)),
+                        help="LABEL=PATH of a k8s4r-agent to measure dispatch latency through (repeat to compare "
+                             "side by side); default K8S4R_BIN_DIR's")
+    parser.add_argument("--bridge-arg", action="append", default=[],
+                        help="one more argument for the bridge (repeat: --bridge-arg=--heartbeat-ack-interval "
+                             "--bridge-arg=1h)")
     parser.add_argument("--raw-seconds", type=float, default=5.0)
     parser.add_argument("--json", type=pathlib.Path, help="also write the figures here")
     args = parser.parse_args()

@@ -110,8 +110,9 @@ def alive(pid):
 
 
 class AgentProcess:
-    def __init__(self, broker, work_dir, robot=ROBOT, extra=(), env=None):
+    def __init__(self, broker, work_dir, robot=ROBOT, extra=(), env=None, binary_path=None):
         self.broker = broker
+        self.binary_path = binary_path  # another k8s4r-agent than K8S4R_BIN_DIR's (a benchmark's comparison)
         self.env = dict(env or {})  # more environment: LD_PRELOAD of faketime, say
         self.work_dir = pathlib.Path(work_dir)
         self.robot = robot
@@ -122,7 +123,7 @@ class AgentProcess:
     def start(self, *more):
         env = {k: v for k, v in os.environ.items() if not k.startswith("K8S4R_")}
         env.update(self.env)
-        command = [binary("k8s4r-agent"), "--broker-url", self.broker.url, "--robot-id", self.robot,
+        command = [self.binary_path or binary("k8s4r-agent"), "--broker-url", self.broker.url, "--robot-id", self.robot,
                    "--work-dir", str(self.work_dir), "--heartbeat-interval", "1s", "--log-level", "debug",
                    *self.extra, *more]
         if getattr(self.broker, "ca", None) and "--ca-file" not in command:
