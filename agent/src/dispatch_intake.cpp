@@ -92,7 +92,11 @@ void DispatchIntake::on_dispatch(const std::string& payload) {
 
   if (dispatch.action == DispatchAction::remove) {
     if (known == tasks_.end()) {
-      spdlog::info("delete for task {}, which this robot does not have; nothing to do", uid);
+      // Remembered (for the finished-task retention), so the create this
+      // delete overtook never runs when it comes.
+      spdlog::info("delete for task {}, which this robot does not have: recorded as cancelled before it arrived",
+                   uid);
+      lifecycle_.cancel_unarrived(uid);
       return;
     }
     if (!known->second.active()) {

@@ -67,6 +67,29 @@ class ShimRunner final : public TaskRunner {
     queue_wake_.notify_one();
   }
 
+  void withdraw(const std::string& task_uid) override {
+    bool queued = false;
+    {
+      std::lock_guard lock(queue_mutex_);
+      for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+        if (it->task_uid != task_uid) continue;
+        queue_.erase(it);
+        queued = true;
+        break;
+      }
+    }
+    if (queued) {
+      {
+        std::lock_guard lock(order_mutex_);
+        starting_.erase(task_uid);
+      }
+      events_.started(task_uid, Error{"Withdrawn", "stopped before it started"});
+      return;
+    }
+    std::lock_guard lock(order_mutex_);
+    if (starting_.count(task_uid)) withdrawn_.insert(task_uid);  // a launcher has it: checked before the handoff
+  }
+
   Result<void> adopt(const std::string& task_uid, const TaskProcess& processes, SteadyTime started,
                      std::optional<std::chrono::nanoseconds> timeout, std::chrono::nanoseconds kill_timeout) override {
     return monitor_->adopt(task_uid, processes, started, timeout, kill_timeout);
@@ -214,7 +237,15 @@ class ShimRunner final : public TaskRunner {
         shim.cgroup = cgroup.value();
       }
     }
-    if (!cgroups_ || !shim.cgroup.empty()) {
+    bool withdrawn = false;
+    {
+      std::lock_guard lock(order_mutex_);
+      withdrawn = withdrawn_.erase(request.task_uid) > 0;
+    }
+    if (withdrawn) {
+      process = Error{"Withdrawn", "stopped before it started"};
+      if (cgroups_ && !shim.cgroup.empty()) static_cast<void>(cgroups_->destroy(request.task_uid, 1s));
+    } else if (!cgroups_ || !shim.cgroup.empty()) {
       process = monitor_->launch(request.task_uid, request.process, shim, request.timeout, request.kill_timeout);
       if (!process && cgroups_) static_cast<void>(cgroups_->destroy(request.task_uid, 1s));
     }
@@ -223,6 +254,7 @@ class ShimRunner final : public TaskRunner {
     {
       std::lock_guard lock(order_mutex_);
       starting_.erase(request.task_uid);
+      withdrawn_.erase(request.task_uid);  // too late: the shim had it
       if (auto found = early_exits_.find(request.task_uid); found != early_exits_.end()) {
         early = std::move(found->second);
         early_exits_.erase(found);
@@ -354,6 +386,7 @@ class ShimRunner final : public TaskRunner {
   std::vector<std::thread> launchers_;
   std::mutex order_mutex_;
   std::set<std::string> starting_;               // runs whose start has not been told yet
+  std::set<std::string> withdrawn_;              // of those, taken back before their handoff to a shim
   std::map<std::string, TaskExit> early_exits_;  // and their exits, if they ended meanwhile
   std::unique_ptr<Monitor> monitor_;
 };

@@ -50,6 +50,12 @@ void TaskLifecycle::refuse_unreadable(const std::string& uid, const std::string&
   finish(task, failure("InvalidTask", "Refused", why));
 }
 
+void TaskLifecycle::cancel_unarrived(const std::string& uid) {
+  AgentTask& task = tasks_[uid];
+  task.uid = uid;
+  finish(task, failure("Cancelled", "Refused", "deleted before its dispatch arrived on this robot; never started"));
+}
+
 void TaskLifecycle::create(const Dispatch& dispatch) {
   const std::string& uid = dispatch.task.metadata.uid;
   AgentTask& task = tasks_[uid];
@@ -158,6 +164,11 @@ void TaskLifecycle::on_started(const std::string& uid, Result<TaskProcess> proce
   auto found = tasks_.find(uid);
   if (found == tasks_.end() || found->second.phase != Phase::starting) return;
   AgentTask& task = found->second;
+  if (!processes && processes.error().field == "Withdrawn") {
+    spdlog::info("task {}: stopped before it started", uid);
+    return finish(task, failure(to_string(task.stop_requested.value_or(StopReason::cancelled)), "Stopped",
+                                "stopped before it started"));
+  }
   if (!processes) {
     spdlog::warn("task {}: cannot start: {}", uid, processes.error().message);
     const std::string& field = processes.error().field;
@@ -190,8 +201,10 @@ void TaskLifecycle::stop(AgentTask& task, StopReason reason) {
       runner_.stop(task.uid, reason);
       break;
     case Phase::starting:
-      // Stopped once the runner says it runs (on_started).
+      // Taken back if no shim has it yet (on_started then hears Withdrawn);
+      // else stopped once the runner says it runs (on_started).
       if (!task.stop_requested) task.stop_requested = reason;
+      runner_.withdraw(task.uid);
       break;
     case Phase::accepted:
     case Phase::fetching:

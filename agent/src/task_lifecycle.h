@@ -52,6 +52,11 @@ class TaskLifecycle {
   // A task the agent does not hold, whose dispatch did not parse: failed,
   // reason InvalidTask, with `why`.
   void refuse_unreadable(const std::string& uid, const std::string& why);
+  // A task the agent never held, deleted before its create arrived (the
+  // two crossed, or the create is a late resend): failed, reason Cancelled,
+  // and remembered as finished, so the create, when it comes, is answered
+  // with that report instead of run.
+  void cancel_unarrived(const std::string& uid);
   // Stops the task (a running one by signal; one not yet running at once).
   void stop(AgentTask& task, StopReason reason);
   // The task's last report, made again with a new seq (a dispatch sent again).

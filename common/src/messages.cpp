@@ -65,6 +65,28 @@ Result<void> check_not_empty(std::string_view value) {
   return ok();
 }
 
+// What reaches execve: a C string, which a NUL would cut short (the task
+// would run something else than the spec says).
+Result<void> check_no_nul(std::string_view value) {
+  if (value.find('\0') != std::string_view::npos) return Error{"", "must not contain a NUL character"};
+  return ok();
+}
+
+Result<void> check_command(std::string_view value) {
+  if (auto checked = check_not_empty(value); !checked) return checked;
+  return check_no_nul(value);
+}
+
+// An environment variable's name becomes NAME=value: a '=' in it would set
+// another variable than the one named (FOO=BAR=x is FOO, with BAR=x).
+Result<void> check_env_name(std::string_view name) {
+  if (name.empty()) return Error{"", "names a variable with an empty name"};
+  if (name.find('=') != std::string_view::npos)
+    return Error{"", "name '" + std::string(name) + "' contains '=': it would set another variable"};
+  if (name.find('\0') != std::string_view::npos) return Error{"", "a name contains a NUL character"};
+  return ok();
+}
+
 std::string format_time(Timestamp time) { return format_rfc3339(time, TimePrecision::as_needed); }
 
 json task_spec_json(const TaskSpec& spec);
@@ -141,8 +163,8 @@ TaskSpec read_task_spec(ObjectReader& r) {
   r.optional_object("config", [&](ObjectReader& config) {
     config.optional_object("execConfig", [&](ObjectReader& exec) {
       ExecConfig exec_config;
-      exec_config.command = exec.required_string("command", check_not_empty);
-      exec_config.args = exec.optional_string_array("args");
+      exec_config.command = exec.required_string("command", check_command);
+      exec_config.args = exec.optional_string_array("args", check_no_nul);
       spec.exec_config = std::move(exec_config);
     });
   });
@@ -151,12 +173,22 @@ TaskSpec read_task_spec(ObjectReader& r) {
   }
   spec.target_robot = r.optional_string("targetRobot").value_or("");
   spec.env = r.optional_string_map("env");
+  for (const auto& [name, value] : spec.env) {
+    if (auto checked = check_env_name(name); !checked) {
+      r.fail("env", checked.error().message);
+      break;
+    }
+    if (auto checked = check_no_nul(value); !checked) {
+      r.fail("env." + name, checked.error().message);
+      break;
+    }
+  }
   spec.user = r.optional_string("user").value_or("");
   spec.timeout = r.optional_duration("timeout");
   spec.kill_timeout = r.optional_duration("killTimeout");
   r.optional_object("restartPolicy", [&](ObjectReader& p) {
     RestartPolicy policy;
-    policy.attempts = p.optional_integer("attempts", 0);
+    policy.attempts = p.optional_integer("attempts", 0, 2147483647);  // an int32, as in the CRD
     policy.interval = p.optional_duration("interval");
     policy.delay = p.optional_duration("delay");
     policy.mode = p.optional_enum("mode", {"fail", "delay"});

@@ -145,9 +145,13 @@ def test_dispatch_runs_the_command_and_reports_each_state(bridge, agent, tmp_pat
     bridge.send(create("t-ok", "/bin/sh", ["-c", script, "sh", "first arg; not a shell"], env={"GREETING": "hello"}))
     final = bridge.final("t-ok")
     reports = bridge.statuses("t-ok")
-    assert [r["state"] for r in reports] == ["running", "completed"]
-    assert [r["seq"] for r in reports] == [1, 2]
-    assert reports[0]["startedAt"] and reports[0]["event"] == "Started"
+    # Its first `running` is not sent when its end is already queued behind it (a task this short, on a busy
+    # machine): the end carries startedAt, and the bridge records the Started event from it.
+    assert [r["state"] for r in reports] in (["running", "completed"], ["completed"]), reports
+    assert reports[-1]["seq"] == 2
+    if len(reports) == 2:
+        assert reports[0]["seq"] == 1 and reports[0]["startedAt"] and reports[0]["event"] == "Started"
+    assert final["startedAt"]
     assert final["exitCode"] == 0 and final["finishedAt"] and final["taskUid"] == "t-ok" and final["robotId"] == ROBOT
     task_dir = agent.work_dir / "tasks" / "t-ok"
     assert final["logsTail"] == f"in {task_dir} as hello\nfirst arg; not a shell\noops\n"

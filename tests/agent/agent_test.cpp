@@ -96,6 +96,15 @@ struct FakeRunner final : TaskRunner {
   }
   void sweep(const std::vector<TaskProcess>&) override {}
   void forget_record(const TaskProcess&) override {}
+  // Withdrawn while still queued (starts not yet answered), unless
+  // `launching` says a shim already has it.
+  void withdraw(const std::string& uid) override {
+    if (launching.count(uid)) return;
+    withdrawn.push_back(uid);
+    events.started(uid, Error{"Withdrawn", "stopped before it started"});
+  }
+  std::vector<std::string> withdrawn;
+  std::set<std::string> launching;
 
   // The test's hand on the processes.
   void start_ok(const std::string& uid) {
@@ -524,8 +533,23 @@ TEST_F(AgentTest, ARestartPolicyRunsAFailedTaskAgainAfterItsDelay) {
   EXPECT_EQ(reports_for("t-5").back().restart_count, 1);
 }
 
-TEST_F(AgentTest, ACancelWhileTheRunStartsReachesItOnceItRuns) {
+// A cancel that finds the start still waiting for a launcher takes it back:
+// the task never runs (what it would have done is never done). One that
+// finds its shim already holding it reaches the run once it runs.
+TEST_F(AgentTest, ACancelWhileTheRunStartsTakesItBackOrReachesItOnceItRuns) {
   connect();
+  dispatch("t-5");
+  cancel("t-5");
+  settle();
+  EXPECT_EQ(runner_->withdrawn, std::vector<std::string>{"t-5"});
+  EXPECT_TRUE(runner_->stops.empty());
+  ASSERT_FALSE(reports_for("t-5").empty());
+  EXPECT_EQ(reports_for("t-5").back().state, TaskRunState::failed);
+  EXPECT_EQ(reports_for("t-5").back().reason, "Cancelled");
+  EXPECT_EQ(reports_for("t-5").back().message, "stopped before it started");
+  EXPECT_FALSE(reports_for("t-5").back().started_at);
+
+  runner_->launching.insert("t-6");
   dispatch("t-6");
   cancel("t-6");
   EXPECT_TRUE(runner_->stops.empty());  // nothing to signal yet
@@ -548,6 +572,49 @@ TEST_F(AgentTest, ATaskThatCannotStartIsReportedFailedWithWhy) {
   EXPECT_EQ(reports_for("t-7")[0].state, TaskRunState::failed);
   EXPECT_EQ(reports_for("t-7")[0].reason, "StartFailed");
   EXPECT_NE(reports_for("t-7")[0].message.find("not found"), std::string::npos);
+}
+
+// What the agent must refuse where it enters, each with a failed report
+// naming the field, and nothing run: an environment name that would set
+// another variable, a count beyond its int32, a NUL that would cut a
+// command short.
+TEST_F(AgentTest, ASpecThatWouldRunSomethingElseThanItSaysIsRefusedNamingTheField) {
+  connect();
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"(,"env":{"PATH=/evil:/usr/bin":"x"})", "env"},
+      {R"(,"env":{"NAME":"a\u0000b"})", "env.NAME"},
+      {R"(,"restartPolicy":{"attempts":4294967297})", "attempts"},
+  };
+  int n = 0;
+  for (const auto& [extra, field] : refused) {
+    const std::string uid = "bad-" + std::to_string(n++);
+    dispatch(uid, "/bin/true", extra);
+    const auto reports = reports_for(uid);
+    ASSERT_EQ(reports.size(), 1u) << extra;
+    EXPECT_EQ(reports[0].state, TaskRunState::failed) << extra;
+    EXPECT_EQ(reports[0].reason, "InvalidTask") << extra;
+    EXPECT_NE(reports[0].message.find(field), std::string::npos) << reports[0].message;
+  }
+  dispatch("bad-nul-command", "/bin/true\\u0000 --evil");
+  ASSERT_EQ(reports_for("bad-nul-command").size(), 1u);
+  EXPECT_EQ(reports_for("bad-nul-command")[0].reason, "InvalidTask");
+  EXPECT_TRUE(runner_->starts.empty());
+}
+
+// A delete that overtook its create (or a create resent late, after the
+// delete): the create, when it comes, must not run.
+TEST_F(AgentTest, ACreateThatArrivesAfterItsOwnDeleteNeverRuns) {
+  connect();
+  cancel("t-late");
+  ASSERT_EQ(reports_for("t-late").size(), 1u);
+  EXPECT_EQ(reports_for("t-late")[0].state, TaskRunState::failed);
+  EXPECT_EQ(reports_for("t-late")[0].reason, "Cancelled");
+  dispatch("t-late", "/bin/echo");
+  EXPECT_TRUE(runner_->starts.empty());
+  const auto reports = reports_for("t-late");
+  ASSERT_EQ(reports.size(), 2u);  // answered with its end, again
+  EXPECT_EQ(reports[1].reason, "Cancelled");
+  EXPECT_GT(*reports[1].seq, *reports[0].seq);
 }
 
 TEST_F(AgentTest, ARestartedAgentWatchesItsStillRunningTaskAgainInsteadOfStartingIt) {

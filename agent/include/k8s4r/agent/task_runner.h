@@ -78,6 +78,12 @@ class TaskRunner {
   // follows. False when the task has no run (or its start has not finished:
   // the caller stops it once events.started says it runs).
   virtual bool stop(const std::string& task_uid, StopReason reason) = 0;
+  // Takes back a start not yet begun (waiting for a launcher, or not yet
+  // handed to its shim): it never runs, and events.started follows with an
+  // Error whose field is "Withdrawn". Too late (the shim has it, or there is
+  // no such start): nothing changes, and the caller stops the run once it
+  // has started.
+  virtual void withdraw(const std::string& task_uid) = 0;
   // Kills what earlier agents left and `keep` does not account for, and
   // drops exit records no run in `keep` needs.
   virtual void sweep(const std::vector<TaskProcess>& keep) = 0;
