@@ -21,60 +21,60 @@ using daemon::ApplyResult;
 
 std::vector<daemon::Setting> settings(AgentConfig& c) {
   return {
-      {"broker-url", "MQTT broker, tcp://HOST:PORT or ssl://HOST:PORT",
+      {"broker-url", daemon::ValueType::Url, "MQTT broker, tcp://HOST:PORT or ssl://HOST:PORT",
        [&c](const std::string& v) { return daemon::parse_broker_url(v, c.broker_url); }},
-      {"robot-id", "this robot's id: a DNS-1123 label, also the MQTT client id",
+      {"robot-id", daemon::ValueType::String, "this robot's id: a DNS-1123 label, also the MQTT client id",
        [&c](const std::string& v) -> ApplyResult {
          if (auto checked = validate_identifier(v); !checked) return checked.error().message;
          c.robot_id = v;
          return std::nullopt;
        }},
-      {"token", "credential: sent in register and heartbeat, and as the MQTT password (user name: the robot id)",
+      {"token", daemon::ValueType::String, "credential: sent in register and heartbeat, and as the MQTT password (user name: the robot id)",
        [&c](const std::string& v) -> ApplyResult {
          c.token = v;
          return std::nullopt;
        }},
-      {"token-file", "file holding the token (kept out of the process list; a Secret's key mounted as a file)",
+      {"token-file", daemon::ValueType::Path, "file holding the token (kept out of the process list; a Secret's key mounted as a file)",
        [&c](const std::string& v) { return daemon::parse_secret_file(v, c.token); }},
-      {"legacy-topics",
-       "true or false: register and heartbeat on Go K8s4r's shared topics, for a Go K8s4r server (false: on this "
+      {"legacy-topics", daemon::ValueType::Bool,
+       "register and heartbeat on Go K8s4r's shared topics, for a Go K8s4r server (false: on this "
        "robot's own topics, which a broker can confine it to)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.legacy_topics); }},
-      {"ca-file", "PEM CA bundle to verify an ssl:// broker (default: the system's)",
+      {"ca-file", daemon::ValueType::Path, "PEM CA bundle to verify an ssl:// broker (default: the system's)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.ca_file); }},
-      {"cert-file", "PEM client certificate for a broker that asks for one (mutual TLS; with key-file)",
+      {"cert-file", daemon::ValueType::Path, "PEM client certificate for a broker that asks for one (mutual TLS; with key-file)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.cert_file); }},
-      {"key-file", "PEM private key of cert-file",
+      {"key-file", daemon::ValueType::Path, "PEM private key of cert-file",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.key_file); }},
-      {"work-dir", "state: journal, queued reports, task directories",
+      {"work-dir", daemon::ValueType::Path, "state: journal, queued reports, task directories",
        [&c](const std::string& v) -> ApplyResult {
          if (v.empty() || v.front() != '/') return "must be an absolute path, got '" + v + "'";
          c.work_dir = v;
          return std::nullopt;
        }},
-      {"heartbeat-interval", "time between heartbeats, a Go duration (30s)",
+      {"heartbeat-interval", daemon::ValueType::Duration, "time between heartbeats (30s)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.heartbeat_interval); }},
-      {"labels", "labels for scheduling: k=v,k2=v2",
-       [&c](const std::string& v) { return daemon::parse_labels(v, c.labels); }, true},
-      {"kill-timeout", "grace between SIGTERM and SIGKILL when a task sets none (5s)",
+      {"labels", daemon::ValueType::KeyValues, "labels for scheduling: k=v,k2=v2",
+       [&c](const std::string& v) { return daemon::parse_labels(v, c.labels); }},
+      {"kill-timeout", daemon::ValueType::Duration, "grace between SIGTERM and SIGKILL when a task sets none (5s)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.default_kill_timeout); }},
-      {"disconnect-stop-after",
+      {"disconnect-stop-after", daemon::ValueType::Duration,
        "a task whose spec.disconnect says nothing is stopped after this long without word from the bridge, as the "
-       "manager then runs it elsewhere; a Go duration, 0s: never (2m; the manager's --disconnect-stop-after must "
+       "manager then runs it elsewhere; 0s: never (2m; the manager's --disconnect-stop-after must "
        "say the same)",
        [&c](const std::string& v) { return daemon::parse_non_negative_duration(v, c.disconnect_stop_after); }},
-      {"max-log-bytes", "cap on each task's stdout and stderr files",
+      {"max-log-bytes", daemon::ValueType::Count, "cap on each task's stdout and stderr files",
        [&c](const std::string& v) { return daemon::parse_positive_size(v, c.max_log_bytes); }},
-      {"max-queued-reports", "status reports held on disk while the broker is unreachable",
+      {"max-queued-reports", daemon::ValueType::Count, "status reports held on disk while the broker is unreachable",
        [&c](const std::string& v) { return daemon::parse_positive_size(v, c.max_queued_reports); }},
-      {"finished-task-retention",
+      {"finished-task-retention", daemon::ValueType::Duration,
        "how long a finished task is remembered, so the same uid dispatched again is answered with its final "
        "report instead of running again (24h; counts time the agent runs)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.finished_task_retention); }},
-      {"max-finished-tasks",
+      {"max-finished-tasks", daemon::ValueType::Count,
        "finished tasks remembered at most (about 1 KB of memory each); beyond, the oldest go early",
        [&c](const std::string& v) { return daemon::parse_positive_size(v, c.max_finished_tasks); }},
-      {"task-user", "the user a task without spec.user runs as (default: the agent's own user)",
+      {"task-user", daemon::ValueType::String, "the user a task without spec.user runs as (default: the agent's own user)",
        [&c](const std::string& v) -> ApplyResult {
          if (v.empty()) {
            c.task_user.clear();
@@ -84,9 +84,9 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
          c.task_user = v;
          return std::nullopt;
        }},
-      {"allow-root-tasks", "true or false: whether a task may run as root (default true)",
+      {"allow-root-tasks", daemon::ValueType::Bool, "whether a task may run as root (default true)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.allow_root_tasks); }},
-      {"task-cgroups",
+      {"task-cgroups", daemon::ValueType::Choice,
        "auto, on or off: each task in a cgroup v2 of its own, so nothing it starts escapes it (auto: where the "
        "agent can make cgroups; on: refuse to start without)",
        [&c](const std::string& v) -> ApplyResult {
@@ -94,7 +94,7 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
          c.task_cgroups = v;
          return std::nullopt;
        }},
-      {"cgroup-parent",
+      {"cgroup-parent", daemon::ValueType::Path,
        "the cgroup v2 directory task cgroups are made in (default: k8s4r-tasks.<hash of the work dir> in the "
        "agent's own cgroup)",
        [&c](const std::string& v) -> ApplyResult {
@@ -102,7 +102,7 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
          c.cgroup_parent = v;
          return std::nullopt;
        }},
-      {"task-shim", "the k8s4r-task-shim binary each task runs under (default: next to k8s4r-agent)",
+      {"task-shim", daemon::ValueType::Path, "the k8s4r-task-shim binary each task runs under (default: next to k8s4r-agent)",
        [&c](const std::string& v) -> ApplyResult {
          if (v.empty()) {
            c.task_shim.clear();
@@ -113,7 +113,7 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
          c.task_shim = v;
          return std::nullopt;
        }},
-      {"log-level", "trace, debug, info, warn or error",
+      {"log-level", daemon::ValueType::Level, "trace, debug, info, warn or error",
        [&c](const std::string& v) { return daemon::parse_log_level(v, c.log_level); }},
   };
 }

@@ -22,51 +22,51 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
     };
   };
   return {
-      {"broker-url", "MQTT broker, tcp://HOST:PORT or ssl://HOST:PORT",
+      {"broker-url", daemon::ValueType::Url, "MQTT broker, tcp://HOST:PORT or ssl://HOST:PORT",
        [&c](const std::string& v) { return daemon::parse_broker_url(v, c.broker_url); }},
-      {"client-id", "the bridge's MQTT client id, which names its persistent session (k8s4r-bridge)",
+      {"client-id", daemon::ValueType::String, "the bridge's MQTT client id, which names its persistent session (k8s4r-bridge)",
        [&c](const std::string& v) -> ApplyResult {
          if (v.empty() || v.size() > 128 || v.find_first_of("+#/") != std::string::npos)
            return "must be 1 to 128 characters without '+', '#' or '/', got '" + v + "'";
          c.client_id = v;
          return std::nullopt;
        }},
-      {"mqtt-username", "MQTT user name", text(c.username)},
-      {"mqtt-password-file", "file holding the MQTT password (kept out of the process list)",
+      {"mqtt-username", daemon::ValueType::String, "MQTT user name", text(c.username)},
+      {"mqtt-password-file", daemon::ValueType::Path, "file holding the MQTT password (kept out of the process list)",
        [&c](const std::string& v) { return daemon::parse_secret_file(v, c.password); }},
-      {"ca-file", "PEM CA bundle to verify an ssl:// broker (default: the system's)",
+      {"ca-file", daemon::ValueType::Path, "PEM CA bundle to verify an ssl:// broker (default: the system's)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.ca_file); }},
-      {"cert-file", "PEM client certificate for a broker that asks for one (mutual TLS; with key-file)",
+      {"cert-file", daemon::ValueType::Path, "PEM client certificate for a broker that asks for one (mutual TLS; with key-file)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.cert_file); }},
-      {"key-file", "PEM private key of cert-file",
+      {"key-file", daemon::ValueType::Path, "PEM private key of cert-file",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.key_file); }},
-      {"kubeconfig", "kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
+      {"kubeconfig", daemon::ValueType::Path, "kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.kubeconfig); }},
-      {"namespace", "namespace of the Robots and Tasks (default: the kubeconfig context's)",
+      {"namespace", daemon::ValueType::String, "namespace of the Robots and Tasks (default: the kubeconfig context's)",
        [&c](const std::string& v) -> ApplyResult {
          if (auto checked = validate_identifier(v); !checked) return checked.error().message;
          c.namespace_ = v;
          return std::nullopt;
        }},
-      {"metrics-bind-address", "host:port for /metrics, /healthz and /readyz (127.0.0.1:9090; port 0: any)",
+      {"metrics-bind-address", daemon::ValueType::HostPort, "host:port for /metrics, /healthz and /readyz (127.0.0.1:9090; port 0: any)",
        [&c](const std::string& v) { return daemon::parse_bind_address(v, c.metrics_bind_address); }},
-      {"heartbeat-write-interval", "at most one heartbeat write per robot this often, a Go duration (60s)",
+      {"heartbeat-write-interval", daemon::ValueType::Duration, "at most one heartbeat write per robot this often (60s)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.heartbeat_write_interval); }},
-      {"dispatch-resend-after", "publish a Task again when still dispatching this long after, a Go duration (30s)",
+      {"dispatch-resend-after", daemon::ValueType::Duration, "publish a Task again when still dispatching this long after (30s)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.dispatch_resend_after); }},
-      {"heartbeat-ack-interval",
-       "acknowledge a robot's heartbeats at most this often, a Go duration (5s); keep it well below the tasks' "
+      {"heartbeat-ack-interval", daemon::ValueType::Duration,
+       "acknowledge a robot's heartbeats at most this often (5s); keep it well below the tasks' "
        "disconnect.stopOnRobotAfter",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.heartbeat_ack_interval); }},
-      {"legacy-topics",
-       "true or false: also take register and heartbeat on Go K8s4r's shared topics, where any client can name any "
-       "robot (true; turn off once no Go agent is left)",
+      {"legacy-topics", daemon::ValueType::Bool,
+       "also take register and heartbeat on Go K8s4r's shared topics, where any client can name any robot; on only "
+       "for a fleet with Go K8s4r agents (false)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.legacy_topics); }},
-      {"dynamic-security",
-       "true or false: manage each robot's broker login from its Secret k8s4r-robot-<id> through Mosquitto's "
+      {"dynamic-security", daemon::ValueType::Bool,
+       "manage each robot's broker login from its Secret k8s4r-robot-<id> through Mosquitto's "
        "dynamic-security plugin (false)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.dynamic_security); }},
-      {"kube-writers", "threads writing to the Kubernetes API (4)",
+      {"kube-writers", daemon::ValueType::Count, "threads writing to the Kubernetes API (4)",
        [&c](const std::string& v) -> ApplyResult {
          std::size_t writers = 0;
          if (auto problem = daemon::parse_positive_size(v, writers)) return problem;
@@ -74,7 +74,13 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
          c.kube_writers = writers;
          return std::nullopt;
        }},
-      {"log-level", "trace, debug, info, warn or error",
+      {"max-unapproved-robots", daemon::ValueType::Count,
+       "create no Robot for a new robot while this many wait for approval, Pending or Rejected (1000)",
+       [&c](const std::string& v) { return daemon::parse_positive_size(v, c.max_unapproved_robots); }},
+      {"new-robots-per-second", daemon::ValueType::Count,
+       "create at most this many Robots a second for robots that register for the first time (100)",
+       [&c](const std::string& v) { return daemon::parse_positive_size(v, c.new_robots_per_second); }},
+      {"log-level", daemon::ValueType::Level, "trace, debug, info, warn or error",
        [&c](const std::string& v) { return daemon::parse_log_level(v, c.log_level); }},
   };
 }

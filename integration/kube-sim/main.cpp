@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
+#include <map>
 
 #include <atomic>
 #include <csignal>
@@ -26,7 +27,7 @@ void on_signal(int) { g_stop = 1; }
 
 int main(int argc, char** argv) {
   using namespace k8s4r::kube_sim;
-  CLI::App app{"k8s4r-kube-sim: an in-memory Kubernetes API server stand-in for tests and demos"};
+  CLI::App app{"k8s4r-kube-sim: an in-memory Kubernetes API server stand-in for tests and demos", "k8s4r-kube-sim"};
   std::string listen = "127.0.0.1:0";
   std::string kubeconfig_path, tls_ca;
   std::size_t history = 100;
@@ -75,6 +76,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--api-audiences", options.api_audiences, "audiences tokens must carry (default: the issuer)")
       ->delimiter(',');
+  // --help names each value's type, as the daemons' does.
+  const std::map<std::string, std::string> types = {
+      {"--listen", "host:port"},         {"--write-kubeconfig", "path"}, {"--token", "string"},
+      {"--tls-cert", "path"},            {"--tls-key", "path"},          {"--tls-ca", "path"},
+      {"--history", "count"},            {"--bookmark-interval", "seconds"}, {"--threads", "count"},
+      {"--latency-ms", "milliseconds"},  {"--error-rate", "0..1"},       {"--error-code", "500|429"},
+      {"--retry-after", "seconds"},      {"--token-auth-file", "path"},  {"--client-ca-file", "path"},
+      {"--anonymous-auth", "bool"},      {"--authorization-mode", "AlwaysAllow|RBAC"},
+      {"--service-account-issuer", "url"}, {"--api-audiences", "a,b,..."}};
+  for (const auto& [flag, type] : types) app.get_option(flag)->type_name(type);
   CLI11_PARSE(app, argc, argv);
   if (!anonymous.empty()) options.anonymous_auth = anonymous == "true";
   if (!options.client_ca_file.empty() && options.tls_cert_file.empty()) {

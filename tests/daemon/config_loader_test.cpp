@@ -19,13 +19,18 @@ struct Sample {
   std::string url = "tcp://default:1883";
   std::chrono::nanoseconds interval = 60s;
   std::map<std::string, std::string> labels;
+  bool elect = true;
+  bool legacy = false;
 };
 
 std::vector<Setting> table(Sample& s) {
   return {
-      {"broker-url", "broker", [&s](const std::string& v) { return parse_broker_url(v, s.url); }},
-      {"write-interval", "interval", [&s](const std::string& v) { return parse_positive_duration(v, s.interval); }},
-      {"labels", "labels", [&s](const std::string& v) { return parse_labels(v, s.labels); }, true},
+      {"broker-url", ValueType::Url, "broker", [&s](const std::string& v) { return parse_broker_url(v, s.url); }},
+      {"write-interval", ValueType::Duration, "interval",
+       [&s](const std::string& v) { return parse_positive_duration(v, s.interval); }},
+      {"labels", ValueType::KeyValues, "labels", [&s](const std::string& v) { return parse_labels(v, s.labels); }},
+      {"leader-elect", ValueType::Bool, "elect", [&s](const std::string& v) { return parse_bool(v, s.elect); }},
+      {"legacy-topics", ValueType::Bool, "legacy", [&s](const std::string& v) { return parse_bool(v, s.legacy); }},
   };
 }
 
@@ -86,14 +91,69 @@ TEST_F(ConfigLoaderTest, AFileThatIsNotAMappingOrNotYamlIsAnError) {
   EXPECT_NE(missing.output.find("nope.yaml"), std::string::npos);
 }
 
-TEST_F(ConfigLoaderTest, HelpNamesEachVariableAndVersionNamesTheProgram) {
+TEST_F(ConfigLoaderTest, HelpNamesEachVariableAndTypeAndVersionNamesTheProgram) {
   Sample sample;
   auto help = load(sample, {"--help"});
   EXPECT_FALSE(help.run);
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.output.find("K8S4R_WRITE_INTERVAL"), std::string::npos);
+  EXPECT_NE(help.output.find("Usage: k8s4r-sample"), std::string::npos) << help.output;
+  for (const char* typed : {"--write-interval duration", "--broker-url url", "--leader-elect bool", "--labels k=v,..."})
+    EXPECT_NE(help.output.find(typed), std::string::npos) << typed << "\n" << help.output;
+  EXPECT_EQ(help.output.find("TEXT"), std::string::npos) << help.output;
   EXPECT_EQ(load(sample, {"--version"}).output, "k8s4r-sample 1.2.3\n");
   EXPECT_EQ(load(sample, {"--nope"}).exit_code, 2);
+}
+
+// As pflag reads a Kubernetes daemon's bools: the switch alone is true,
+// =false turns it off; the environment and the file take strconv.ParseBool's
+// words.
+TEST_F(ConfigLoaderTest, ABoolIsASwitchAloneOrTakesItsValueAfterAnEqualsSign) {
+  {
+    Sample sample;
+    auto outcome = load(sample, {"--leader-elect=false", "--legacy-topics"});
+    ASSERT_TRUE(outcome.run) << outcome.output;
+    EXPECT_FALSE(sample.elect);
+    EXPECT_TRUE(sample.legacy);
+  }
+  {
+    Sample sample;
+    auto outcome = load(sample, {"--legacy-topics", "--leader-elect", "--write-interval", "3s"});
+    ASSERT_TRUE(outcome.run) << outcome.output;
+    EXPECT_TRUE(sample.elect);
+    EXPECT_TRUE(sample.legacy);
+    EXPECT_EQ(sample.interval, 3s);
+  }
+  {
+    Sample sample;  // the separate value a user may still write
+    auto outcome = load(sample, {"--leader-elect", "false", "--legacy-topics", "true"});
+    ASSERT_TRUE(outcome.run) << outcome.output;
+    EXPECT_FALSE(sample.elect);
+    EXPECT_TRUE(sample.legacy);
+  }
+  {
+    Sample sample;
+    auto outcome = load(sample, {}, {{"K8S4R_LEADER_ELECT", "False"}, {"K8S4R_LEGACY_TOPICS", "1"}});
+    ASSERT_TRUE(outcome.run) << outcome.output;
+    EXPECT_FALSE(sample.elect);
+    EXPECT_TRUE(sample.legacy);
+  }
+  {
+    Sample sample;
+    auto outcome = load(sample, {"--config", file("leader-elect: false\nlegacy-topics: true\n")});
+    ASSERT_TRUE(outcome.run) << outcome.output;
+    EXPECT_FALSE(sample.elect);
+    EXPECT_TRUE(sample.legacy);
+  }
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+           {"--leader-elect=no"}, {"--leader-elect="}, {"--leader-elect", "maybe"}}) {
+    Sample sample;
+    auto outcome = load(sample, bad);
+    EXPECT_FALSE(outcome.run) << bad.back();
+    EXPECT_EQ(outcome.exit_code, 2);
+    EXPECT_NE(outcome.output.find("true or false"), std::string::npos) << outcome.output;
+    EXPECT_TRUE(sample.elect);  // unchanged
+  }
 }
 
 TEST(ConfigValues, SizesRefuseWhatWouldOverflowOrIsNotANumber) {

@@ -25,7 +25,7 @@ TEST(ManagerConfig, DefaultsAreTheIssuesAndClientGos) {
   const auto outcome = parse({});
   ASSERT_TRUE(outcome.config) << outcome.output;
   const ManagerConfig& config = *outcome.config;
-  EXPECT_FALSE(config.require_robot_token);
+  EXPECT_TRUE(config.require_robot_token);  // safe by default: approval by the robot's Secret
   EXPECT_EQ(config.robot_offline_after, 90s);
   EXPECT_EQ(config.disconnect_grace, 30s);
   EXPECT_EQ(config.dispatch_timeout, 2min);
@@ -44,6 +44,24 @@ TEST(ManagerConfig, FlagsOverTheEnvironment) {
   EXPECT_EQ(outcome.config->robot_offline_after, 2min);
   EXPECT_FALSE(outcome.config->leader_elect);
   EXPECT_EQ(outcome.config->namespace_, "fleet");
+}
+
+// controller-runtime's convention: a bool flag alone is true, =false turns it off.
+TEST(ManagerConfig, BoolsAreSwitchesAsInKubernetes) {
+  auto outcome = parse({"--leader-elect", "--require-robot-token"});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_TRUE(outcome.config->leader_elect);
+  EXPECT_TRUE(outcome.config->require_robot_token);
+  outcome = parse({"--require-robot-token=false", "--leader-elect=false"});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_FALSE(outcome.config->leader_elect);
+  EXPECT_FALSE(outcome.config->require_robot_token);
+  outcome = parse({"--help"});
+  EXPECT_NE(outcome.output.find("Usage: k8s4r-manager"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("--leader-elect bool"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("--robot-offline-after duration"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("--metrics-bind-address host:port"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("--kubeconfig path"), std::string::npos) << outcome.output;
 }
 
 TEST(ManagerConfig, EveryErrorAtOnce) {

@@ -27,6 +27,22 @@ std::string env_name(const std::string& setting_name) {
   return upper;
 }
 
+const char* type_name(ValueType type) {
+  switch (type) {
+    case ValueType::String: return "string";
+    case ValueType::Bool: return "bool";
+    case ValueType::Duration: return "duration";
+    case ValueType::Count: return "count";
+    case ValueType::HostPort: return "host:port";
+    case ValueType::Url: return "url";
+    case ValueType::Path: return "path";
+    case ValueType::KeyValues: return "k=v,...";
+    case ValueType::Level: return "level";
+    case ValueType::Choice: return "choice";
+  }
+  return "string";
+}
+
 namespace {
 
 const Setting* find(const std::vector<Setting>& settings, const std::string& name) {
@@ -63,7 +79,7 @@ void read_file(const std::string& file, const std::vector<Setting>& settings, st
     std::string value;
     if (entry.second.IsScalar()) {
       value = entry.second.Scalar();
-    } else if (setting->mapping_in_file && entry.second.IsMap()) {
+    } else if (setting->type == ValueType::KeyValues && entry.second.IsMap()) {
       bool scalars = true;
       for (const auto& item : entry.second) {
         if (!item.first.IsScalar() || !item.second.IsScalar()) {
@@ -91,15 +107,31 @@ LoadOutcome load_settings(const Program& program, const std::vector<Setting>& se
                           const std::function<std::string(const std::string&)>& env,
                           const std::function<void(std::vector<std::string>& errors)>& validate) {
   CLI::App app{program.description +
-               "\nEvery option can also be set in the config file (same name) or as K8S4R_<NAME> in the "
-               "environment; flags win over the environment, which wins over the file."};
+                   "\nEvery option can also be set in the config file (same name) or as K8S4R_<NAME> in the "
+                   "environment; flags win over the environment, which wins over the file. A bool option alone "
+                   "means true (--name, --name=false); a duration is Go's (300ms, 90s, 1h30m).",
+               program.name};
   app.set_version_flag("--version", program.name + " " + program.version);
   std::string config_flag;
   app.add_option("--config", config_flag,
-                 "YAML config file (default " + program.default_config_file + " if it exists) [K8S4R_CONFIG]");
+                 "YAML config file (default " + program.default_config_file + " if it exists) [K8S4R_CONFIG]")
+      ->type_name("path");
   std::map<std::string, std::string> flags;
   for (const Setting& setting : settings) {
-    app.add_option("--" + setting.name, flags[setting.name], setting.help + " [" + env_name(setting.name) + "]");
+    CLI::Option* option = app.add_option("--" + setting.name, flags[setting.name],
+                                         setting.help + " [" + env_name(setting.name) + "]");
+    option->type_name(type_name(setting.type));
+    if (setting.type == ValueType::Bool) option->expected(0, 1);  // a switch; its value only after '='
+  }
+  // CLI11 reads a bare switch and "--name=" alike; pflag refuses the latter, and so do we, since an
+  // empty $VARIABLE behind '=' must not turn a switch on.
+  for (const std::string& arg : args) {
+    if (arg.size() > 3 && arg.rfind("--", 0) == 0 && arg.back() == '=') {
+      const std::string name = arg.substr(2, arg.size() - 3);
+      if (const Setting* setting = find(settings, name); setting && setting->type == ValueType::Bool)
+        return {false, program.name + ": --" + name + "=: needs true or false after '=' (or --" + name + " alone)\n",
+                2, ""};
+    }
   }
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 wants them reversed
   try {
@@ -131,7 +163,9 @@ LoadOutcome load_settings(const Program& program, const std::vector<Setting>& se
   }
   for (const Setting& setting : settings) {
     if (app.count("--" + setting.name) == 0) continue;
-    if (auto problem = setting.apply(flags[setting.name]))
+    std::string& value = flags[setting.name];
+    if (setting.type == ValueType::Bool && value.empty()) value = "true";  // the bare switch
+    if (auto problem = setting.apply(value))
       errors.push_back("--" + setting.name + ": " + setting.name + ": " + *problem);
   }
   if (validate) validate(errors);
@@ -162,8 +196,15 @@ ApplyResult parse_non_negative_duration(const std::string& text, std::chrono::na
 }
 
 ApplyResult parse_bool(const std::string& text, bool& target) {
-  if (text != "true" && text != "false") return "must be true or false, got '" + text + "'";
-  target = text == "true";
+  static const std::set<std::string> yes = {"1", "t", "T", "TRUE", "true", "True"};
+  static const std::set<std::string> no = {"0", "f", "F", "FALSE", "false", "False"};
+  if (yes.count(text)) {
+    target = true;
+  } else if (no.count(text)) {
+    target = false;
+  } else {
+    return "must be true or false, got '" + text + "'";
+  }
   return std::nullopt;
 }
 

@@ -29,14 +29,21 @@ struct BridgeConfig {
   std::chrono::nanoseconds heartbeat_ack_interval = std::chrono::seconds(5);
   // legacy-topics: also take Go K8s4r agents' register and heartbeat on the
   // shared k8s4r/register and k8s4r/heartbeat, where the robot is named only
-  // in the payload. Turn off once no Go agent is left (docs/security.md).
-  bool legacy_topics = true;
+  // in the payload and any client can name any robot. Off by default; on
+  // only for a fleet with Go agents left (docs/security.md).
+  bool legacy_topics = false;
   // dynamic-security: make each robot Secret the robot's login in Mosquitto's
   // dynamic-security plugin, confined to its own topics, and remove it (the
   // robot disconnected at once) when the Secret goes or the Robot is
   // Rejected (docs/security.md). Needs mqtt-username and reading Secrets.
   bool dynamic_security = false;
   std::size_t kube_writers = 4;  // kube-writers: threads writing to the API server
+  // max-unapproved-robots: no Robot is created for a new robot while this
+  // many wait for approval (Pending or Rejected); new-robots-per-second: at
+  // most this many created a second. What bounds a flood of made-up robots
+  // from a client that can reach the broker (docs/security.md).
+  std::size_t max_unapproved_robots = 1000;
+  std::size_t new_robots_per_second = 100;
   std::string log_level = "info";
   std::string config_file;
 };

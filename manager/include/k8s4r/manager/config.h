@@ -18,7 +18,9 @@ struct ManagerConfig {
   std::string kubeconfig;                               // kubeconfig: empty: $KUBECONFIG, in-cluster, ~/.kube/config
   std::string namespace_;                               // namespace: empty: every namespace
   std::string metrics_bind_address = "127.0.0.1:9091";  // metrics-bind-address: /metrics, /healthz, /readyz
-  bool require_robot_token = false;                     // require-robot-token
+  // require-robot-token: approve a robot only by its Secret's token; false
+  // approves whoever registers (docs/security.md).
+  bool require_robot_token = true;
   std::chrono::nanoseconds robot_offline_after = std::chrono::seconds(90);  // robot-offline-after
   std::chrono::nanoseconds disconnect_grace = std::chrono::seconds(30);     // disconnect-grace
   std::chrono::nanoseconds dispatch_timeout = std::chrono::minutes(2);      // dispatch-timeout

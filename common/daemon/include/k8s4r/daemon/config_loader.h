@@ -10,6 +10,11 @@
 // struct (Setting::apply); the loader knows nothing of any daemon. The
 // parse_* helpers are the value checks the daemons share.
 //
+// Flags read like Kubernetes' (pflag's): a bool setting is a switch
+// (--leader-elect alone is true, --leader-elect=false turns it off; the
+// environment and the file take true or false as strconv.ParseBool does),
+// and --help names each setting's type.
+//
 // Thread-safety: pure functions over values (the file is read once).
 #pragma once
 
@@ -26,12 +31,19 @@ namespace k8s4r::daemon {
 // An error message, or nullopt when the value was applied.
 using ApplyResult = std::optional<std::string>;
 
+// What a setting's value is, as --help shows it. Bool makes the flag a
+// switch; KeyValues also takes a YAML mapping in the file, handed to apply as
+// k=v,k2=v2.
+enum class ValueType { String, Bool, Duration, Count, HostPort, Url, Path, KeyValues, Level, Choice };
+
+// The name --help shows: "bool", "duration", "host:port", ...
+const char* type_name(ValueType type);
+
 struct Setting {
   std::string name;  // file key and flag name
+  ValueType type;
   std::string help;
   std::function<ApplyResult(const std::string& value)> apply;
-  // In the file, a YAML mapping is accepted and handed over as k=v,k2=v2.
-  bool mapping_in_file = false;
 };
 
 struct Program {
@@ -69,7 +81,9 @@ ApplyResult parse_positive_duration(const std::string& text, std::chrono::nanose
 ApplyResult parse_non_negative_duration(const std::string& text, std::chrono::nanoseconds& target);  // "0s" allowed
 ApplyResult parse_positive_size(const std::string& text, std::size_t& target);
 ApplyResult parse_log_level(const std::string& text, std::string& target);
-ApplyResult parse_bool(const std::string& text, bool& target);  // "true" or "false"
+// true or false, as Go's strconv.ParseBool reads them: 1, t, T, TRUE, true,
+// True, 0, f, F, FALSE, false, False.
+ApplyResult parse_bool(const std::string& text, bool& target);
 ApplyResult parse_broker_url(const std::string& text, std::string& target);
 ApplyResult parse_labels(const std::string& text, std::map<std::string, std::string>& target);
 ApplyResult parse_existing_file(const std::string& text, std::string& target);

@@ -1,0 +1,42 @@
+// The bridge's settings: its safe defaults and bools read as Kubernetes'
+// daemons read theirs.
+#include "k8s4r/bridge/config.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace k8s4r::bridge {
+namespace {
+
+BridgeConfigOutcome parse(std::vector<std::string> args) {
+  args.insert(args.begin(), {"--broker-url", "tcp://broker:1883"});
+  return parse_bridge_config(args, [](const std::string&) { return std::string(); }, "/nonexistent/bridge.yaml");
+}
+
+TEST(BridgeConfig, GoK8s4rsSharedTopicsAreOffUnlessAskedFor) {
+  auto outcome = parse({});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_FALSE(outcome.config->legacy_topics);  // where any client can name any robot
+  EXPECT_FALSE(outcome.config->dynamic_security);
+  outcome = parse({"--legacy-topics"});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_TRUE(outcome.config->legacy_topics);
+  outcome = parse({"--legacy-topics=false"});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_FALSE(outcome.config->legacy_topics);
+}
+
+TEST(BridgeConfig, HelpNamesTheProgramAndEachType) {
+  const auto outcome = parse({"--help"});
+  EXPECT_FALSE(outcome.config);
+  EXPECT_EQ(outcome.exit_code, 0);
+  for (const char* shown : {"Usage: k8s4r-bridge", "--broker-url url", "--legacy-topics bool",
+                            "--heartbeat-write-interval duration", "--metrics-bind-address host:port",
+                            "--mqtt-password-file path", "--kube-writers count"}) {
+    EXPECT_NE(outcome.output.find(shown), std::string::npos) << shown << "\n" << outcome.output;
+  }
+}
+
+}  // namespace
+}  // namespace k8s4r::bridge
