@@ -83,18 +83,26 @@ MANAGER_METRICS_PORT=$(free_port)
 "$BIN/k8s4r-manager" --kubeconfig "$WORK/kubeconfig" --namespace default \
   --metrics-bind-address "127.0.0.1:$MANAGER_METRICS_PORT" >"$WORK/manager.log" 2>&1 &
 PIDS+=($!)
-log "k8s4r-manager started (metrics: curl http://127.0.0.1:$MANAGER_METRICS_PORT/metrics); every robot is approved"
-log "  (the demo's setting: --require-robot-token locks it down, docs/manager.md)"
+log "k8s4r-manager started (metrics: curl http://127.0.0.1:$MANAGER_METRICS_PORT/metrics); it approves a robot"
+log "  only by the token in its Secret k8s4r-robot-<id> (the default; docs/security.md)"
 
-# Two robots: robot-001 takes its labels from examples/robot.yaml, robot-002 brings its own.
+# Two robots: robot-001 takes its labels from examples/robot.yaml, robot-002 brings its own. Each is enrolled
+# as an operator enrolls one: a token of its own, in its Secret (labelled with its id) and in a file the agent
+# reads. (This demo's Mosquitto lets anyone in, which the bridge and docs/security.md warn about; a real broker
+# checks each robot's login.)
 for robot in robot-001 robot-002; do
-  "$BIN/k8s4r-agent" --broker-url "tcp://127.0.0.1:$MQTT_PORT" --robot-id "$robot" --token "demo-token-$robot" \
+  mkdir -p "$WORK/agent-$robot"
+  (umask 077 && head -c 24 /dev/urandom | base64 | tr '+/' '-_' >"$WORK/agent-$robot.token")
+  "${KUBECTL[@]}" create secret generic "k8s4r-robot-$robot" --from-file=token="$WORK/agent-$robot.token" >/dev/null
+  "${KUBECTL[@]}" label secret "k8s4r-robot-$robot" "robot.k8s4r.io/robot-id=$robot" >/dev/null
+  log "kubectl create secret generic k8s4r-robot-$robot --from-file=token=...; kubectl label secret ... robot.k8s4r.io/robot-id=$robot"
+  "$BIN/k8s4r-agent" --broker-url "tcp://127.0.0.1:$MQTT_PORT" --robot-id "$robot" --token-file "$WORK/agent-$robot.token" \
     --work-dir "$WORK/agent-$robot" --heartbeat-interval 2s --labels env=dev,zone=lab-a >"$WORK/agent-$robot.log" 2>&1 &
   PIDS+=($!)
   log "k8s4r-agent started as $robot (work dir $WORK/agent-$robot)"
 done
 for _ in $(seq 200); do
-  online=$("${KUBECTL[@]}" get rb -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null | grep -c '^Online$')
+  online=$("${KUBECTL[@]}" get rb -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' 2>/dev/null | grep -c '^Online$' || true)
   ((online == 2)) && break
   sleep 0.1
 done

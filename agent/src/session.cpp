@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <random>
+#include <utility>
 
 namespace k8s4r::agent {
 
@@ -71,6 +72,11 @@ void Session::on_connected() {
   register_backoff_ = {};
   connected_at_ = loop_.clock().wall();
   spdlog::info("connected to {}", config_.broker_url);
+  if (config_.token.empty() && config_.cert_file.empty() && !std::exchange(warned_anonymous_, true)) {
+    spdlog::warn(
+        "connected with neither a token nor a certificate: this broker lets anonymous clients in, and any of them "
+        "can publish as this robot; give the agent --token-file and the broker a login per robot (docs/security.md)");
+  }
   subscribe();
   publish_presence(true, nullptr);
   send_register();

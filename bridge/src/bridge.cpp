@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <random>
+#include <utility>
 
 namespace k8s4r::bridge {
 
@@ -42,6 +43,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   metrics_.declare("k8s4r_bridge_heartbeats_coalesced_total", Type::counter,
                    "Heartbeats folded into a later write instead of written themselves.");
   metrics_.declare("k8s4r_bridge_mqtt_connected", Type::gauge, "1 while the bridge holds its MQTT session.");
+  metrics_.declare("k8s4r_bridge_unapproved_robots", Type::gauge,
+                   "Robots waiting for approval (Pending or Rejected), as last counted for --max-unapproved-robots.");
   metrics_.declare("k8s4r_bridge_inbox_depth", Type::gauge, "MQTT messages received and not yet handled.");
   metrics_.declare("k8s4r_bridge_inbox_waits_total", Type::counter,
                    "Times the MQTT client waited for the bridge to catch up (at most 8,192 messages wait).");
@@ -128,6 +131,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
                            return connected(old_robot, robot) || phase(old_robot, robot);
                          }});
 
+  new_robots_ = std::make_unique<NewRobotGate>(static_cast<double>(config_.new_robots_per_second),
+                                               config_.max_unapproved_robots);
   acks_ = std::make_unique<AckSender>(loop_, [this](const std::string& topic, const std::string& payload) {
     // At QoS 0: an acknowledgement lost costs the robot a resend, which is
     // answered again; at QoS 1 every heartbeat's would wait in the window of
@@ -255,6 +260,12 @@ void Bridge::on_connected() {
   reconnect_delay_ = std::chrono::milliseconds(500);
   metrics_.set("k8s4r_bridge_mqtt_connected", {}, 1);
   spdlog::info("connected to {}", config_.broker_url);
+  if (config_.username.empty() && config_.cert_file.empty() && !std::exchange(warned_anonymous_, true)) {
+    spdlog::warn(
+        "connected with neither a user name nor a certificate: this broker lets anonymous clients in, and any of "
+        "them can publish as any robot or as the bridge; give it a login per robot and the bridge its own "
+        "(docs/security.md)");
+  }
   // Register, task status and presence at QoS 1: each must arrive, and the
   // broker keeps them in the bridge's session while it is away. Heartbeats at
   // QoS 0 (the broker downgrades them for the bridge alone; robots still
@@ -319,11 +330,33 @@ void Bridge::publish(const std::string& topic, const std::string& payload, std::
   });
 }
 
+void Bridge::answer_refusal(const std::string& topic, const std::string& payload) {
+  if (!link_) return;
+  link_->publish(topic, payload, 0, false, [](bool, const std::string&) {});
+}
+
 void Bridge::refuse(const std::string& what, const Refusal& refusal, const std::string& robot_id,
                     const std::string& task_uid) {
   metrics_.add("k8s4r_bridge_messages_refused_total", {{"reason", refusal.reason}});
-  spdlog::warn("refused {}{}{}: {} ({})", what, robot_id.empty() ? "" : " from robot " + robot_id,
-               task_uid.empty() ? "" : " for task " + task_uid, refusal.message, refusal.reason);
+  const std::string line = "refused " + what + (robot_id.empty() ? "" : " from robot " + robot_id) +
+                           (task_uid.empty() ? "" : " for task " + task_uid) + ": " + refusal.message + " (" +
+                           refusal.reason + ")";
+  if (auto now_line = refusal_log_.record(refusal.reason, line, loop_.clock().steady())) {
+    spdlog::warn("{}", *now_line);
+    return;
+  }
+  arm_refusal_summaries();
+}
+
+void Bridge::arm_refusal_summaries() {
+  if (refusal_summary_timer_ != 0) return;
+  const auto at = refusal_log_.next_due();
+  if (!at) return;
+  refusal_summary_timer_ = loop_.at(*at, [this] {
+    refusal_summary_timer_ = 0;
+    for (const std::string& summary : refusal_log_.due(loop_.clock().steady())) spdlog::warn("{}", summary);
+    arm_refusal_summaries();  // other reasons, due later
+  });
 }
 
 void Bridge::on_message(const std::string& topic, const std::string& payload) {

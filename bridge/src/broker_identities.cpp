@@ -1,6 +1,5 @@
 // Robot identities in the broker, from Kubernetes (--dynamic-security): for
-// each robot Secret (crd/robot_secret.h) whose Robot is not Rejected (for
-// the token the Secret holds; see desired_identity), a
+// each robot Secret (crd/robot_secret.h), whatever its Robot's phase, a
 // client in Mosquitto's dynamic-security plugin that logs the robot in with
 // its token and confines it to its own topics (dynsec_commands.h); none for
 // any other robot. Driven by the Secret and Robot informers, never polled.
@@ -49,22 +48,9 @@ std::optional<dynsec::Desired> Bridge::desired_identity(const std::string& robot
   auto token = crd::robot_secret_token(*secret, robot_id);
   if (!token) return std::nullopt;
   const std::string digest = crd::token_digest(*token);
-  // A Rejected Robot (the manager found the token it registered with wrong:
-  // a robot logged in by certificate, say, whose token is not its Secret's)
-  // loses its login. Not when the token it registered with is one its login
-  // holds or held just before: that is a rotation, where the manager rejects
-  // the robot still registered with the old token, and the login with the
-  // new token is how it comes back (or the moment between its new register
-  // and the manager's next verdict).
-  if (const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
-      robot && crd::read_robot(*robot).phase == crd::RobotPhase::rejected) {
-    const std::string presented = crd::string_at(*robot, {"status", "tokenDigest"});
-    const auto managed = identities_.managed.find(robot_id);
-    const bool held =
-        presented == digest || (managed != identities_.managed.end() && !presented.empty() &&
-                                (presented == managed->second.digest || presented == managed->second.previous));
-    if (!held) return std::nullopt;
-  }
+  // The Secret alone decides: a Robot's phase never removes a login, so no
+  // message (a forged register that gets a Robot Rejected) can shut a robot
+  // out of the broker. A Rejected robot keeps its login and gets no work.
   return dynsec::Desired{std::move(*token), digest};
 }
 
@@ -217,7 +203,7 @@ void Bridge::identity_answered(const std::string& correlation, const std::string
     case dynsec::Action::remove: {
       identities_.managed.erase(change.robot_id);
       spdlog::warn(
-          "robot {}: its broker identity is removed (no Secret {}, or the Robot is Rejected): the broker "
+          "robot {}: its broker identity is removed (no Secret {} for it): the broker "
           "disconnected it and refuses it",
           change.robot_id, crd::robot_secret_name(change.robot_id));
       // The broker skips the will of a client it removes: say offline for it.

@@ -26,6 +26,8 @@ void Bridge::on_heartbeat(const Heartbeat& message, bool acknowledge) {
     if (acknowledge) tell_to_register(robot_id);
     return;
   }
+  if (auto allowed = may_heartbeat(*robot, message, acknowledge); !allowed)
+    return refuse("a heartbeat", allowed.error(), robot_id);
   const auto interval =
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.heartbeat_write_interval);
   const auto steady_now = loop_.clock().steady();
@@ -83,10 +85,13 @@ void Bridge::tell_to_register(const std::string& robot_id) {
   if (told != told_to_register_.end() && steady_now - told->second < config_.dispatch_resend_after) return;
   if (told_to_register_.size() >= kMaxRemembered) told_to_register_.clear();
   told_to_register_[robot_id] = steady_now;
-  spdlog::info("robot {} heartbeats but has no Robot (deleted?): telling it to register again", robot_id);
-  publish(topics::response(robot_id).value(),
-          encode(register_response(
-              robot_id, false, "no Robot " + robot_id + " in namespace " + namespace_ + ": register again", nullptr)));
+  // Debug: the refusal (UnknownRobot) is already in the log, summarised
+  // under a flood of made-up robots.
+  spdlog::debug("robot {} heartbeats but has no Robot (deleted?): telling it to register again", robot_id);
+  answer_refusal(topics::response(robot_id).value(),
+                 encode(register_response(robot_id, false,
+                                          "no Robot " + robot_id + " in namespace " + namespace_ + ": register again",
+                                          nullptr)));
 }
 
 void Bridge::confirm_recorded_ends(const Heartbeat& message) {

@@ -1,6 +1,8 @@
 // A robot's Register: create its Robot (Pending: the manager approves) or
 // update the Robot's status, then answer on k8s4r/robots/{id}/response once
 // the write is in. Go K8s4r agents wait for that answer before anything else.
+// A Robot is created only within --new-robots-per-second and while fewer
+// than --max-unapproved-robots wait for approval (new_robot_gate.h).
 #include "k8s4r/bridge/bridge.h"
 
 #include "k8s4r/crd/resources.h"
@@ -9,14 +11,38 @@
 
 namespace k8s4r::bridge {
 
+std::size_t Bridge::unapproved_robots() {
+  const auto steady_now = loop_.clock().steady();
+  if (!unapproved_counted_at_ || steady_now - *unapproved_counted_at_ >= std::chrono::seconds(1)) {
+    std::size_t waiting = 0;
+    for (const auto& robot : robots_->list()) {
+      const auto phase = crd::read_robot(*robot).phase;
+      if (phase != crd::RobotPhase::online && phase != crd::RobotPhase::offline) ++waiting;
+    }
+    unapproved_counted_ = waiting;
+    unapproved_created_since_ = 0;
+    unapproved_counted_at_ = steady_now;
+    metrics_.set("k8s4r_bridge_unapproved_robots", {}, static_cast<double>(waiting));
+  }
+  return unapproved_counted_ + unapproved_created_since_;
+}
+
 void Bridge::on_register(const Register& message) {
   const std::string robot_id = message.robot_id;
   const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
   const std::string response_topic = topics::response(robot_id).value();  // the codec validated the id
   if (auto allowed = may_register(robot.get(), message); !allowed) {
     refuse("a register", allowed.error(), robot_id);
-    publish(response_topic, encode(register_response(robot_id, false, allowed.error().message, robot.get())));
+    answer_refusal(response_topic, encode(register_response(robot_id, false, allowed.error().message, robot.get())));
     return;
+  }
+  if (!robot) {
+    if (auto admitted = new_robots_->admit(unapproved_robots(), loop_.clock().steady()); !admitted) {
+      refuse("a register", admitted.error(), robot_id);
+      answer_refusal(response_topic, encode(register_response(robot_id, false, admitted.error().message, nullptr)));
+      return;
+    }
+    ++unapproved_created_since_;
   }
   WriteRequest request;
   if (!robot) request.create = new_robot(message, namespace_);

@@ -60,17 +60,34 @@ std::string capacity_text(const json& device) {
 }
 
 Decision<void> may_register(const json* robot, const Register& message) {
-  if (robot) {
-    const crd::RobotView view = crd::read_robot(*robot);
-    const json& judged = field(*robot, "status", "tokenDigest");
-    const std::string presented = message.token.empty() ? "" : crd::token_digest(message.token);
-    const bool same_token = judged.is_string() ? judged.get<std::string>() == presented : presented.empty();
-    if (view.phase == crd::RobotPhase::rejected && same_token) {
-      const json& why = field(*robot, "status", "message");
-      return Refusal{"RobotRejected",
-                     "the Robot is Rejected" + (why.is_string() ? ": " + why.get<std::string>() : std::string())};
-    }
+  if (!robot) return boost::outcome_v2::success();
+  const crd::RobotView view = crd::read_robot(*robot);
+  const json& judged = field(*robot, "status", "tokenDigest");
+  const std::string presented = message.token.empty() ? "" : crd::token_digest(message.token);
+  const bool same_token = judged.is_string() ? judged.get<std::string>() == presented : presented.empty();
+  if (view.phase == crd::RobotPhase::rejected && same_token) {
+    const json& why = field(*robot, "status", "message");
+    return Refusal{"RobotRejected",
+                   "the Robot is Rejected" + (why.is_string() ? ": " + why.get<std::string>() : std::string())};
   }
+  const bool approved = view.phase == crd::RobotPhase::online || view.phase == crd::RobotPhase::offline;
+  if (approved && judged.is_string() && !same_token) {
+    return Refusal{"TokenMismatch",
+                   "the Robot is approved with another token; a new one is taken once its Secret holds it (the "
+                   "manager then rejects the old one)"};
+  }
+  return boost::outcome_v2::success();
+}
+
+Decision<void> may_heartbeat(const json& robot, const Heartbeat& message, bool own_topic) {
+  const json& judged = field(robot, "status", "tokenDigest");
+  if (!judged.is_string()) return boost::outcome_v2::success();  // registered without a token: nothing to match
+  if (message.token.empty()) {
+    if (own_topic) return boost::outcome_v2::success();  // k8s4r-agent's: its login is its proof
+    return Refusal{"TokenMismatch", "a heartbeat on the shared topic must carry the token the Robot registered with"};
+  }
+  if (crd::token_digest(message.token) != judged.get<std::string>())
+    return Refusal{"TokenMismatch", "its token is not the one the Robot registered with"};
   return boost::outcome_v2::success();
 }
 

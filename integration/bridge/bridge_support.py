@@ -157,6 +157,15 @@ def robot(tmp_path, broker, bridge, sim):
     agent.cleanup()
 
 
+def create_robot_secret(sim, robot, token):
+    """A robot's identity as docs/security.md makes it: the Secret k8s4r-robot-<id>, labelled with the robot's id,
+    its key `token`. With it the manager (--require-robot-token, its default) approves the robot."""
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": f"k8s4r-robot-{robot}", "labels": {"robot.k8s4r.io/robot-id": robot}},
+              "stringData": {"token": token}}
+    sim.kubectl("apply", "-f", "-", input=json.dumps(secret))
+
+
 def get(sim, kind, name):
     result = sim.kubectl("get", kind, name, "-o", "json", check=False)
     return json.loads(result.stdout) if result.returncode == 0 else None

@@ -162,9 +162,9 @@ def test_a_flood_of_heartbeats_is_not_answered_with_a_flood_of_acks(sim, robot, 
 
 
 def test_bad_input_is_refused_counted_and_survived(sim, robot, bridge, observer):
-    observer.publish("k8s4r/register", b"not json")
-    observer.publish("k8s4r/heartbeat", {"robotId": "Robot/1#"})
-    observer.publish("k8s4r/heartbeat", "[" * 100000 + "]" * 100000)
+    observer.publish("k8s4r/robots/robot-1/register", b"not json")
+    observer.publish("k8s4r/robots/robot-1/heartbeat", {"robotId": "Robot/1#"})
+    observer.publish("k8s4r/robots/robot-1/heartbeat", "[" * 100000 + "]" * 100000)
     observer.publish("k8s4r/robots/robot-1/tasks/0000/status", {"taskUid": "0000", "robotId": "robot-1",
                                                                 "state": "running"})
     observer.publish("k8s4r/robots/robot-1/presence", {"robotId": "robot-9", "online": True,

@@ -2,10 +2,19 @@
 which), judged with kubectl."""
 import pytest
 
-from bridge_support import BridgeProcess, bridge, create_task, digest, dispatch, get, sim, state_of, wait_state, wait_until  # noqa: F401
+from bridge_support import BridgeProcess, create_task, digest, dispatch, get, sim, state_of, wait_state, wait_until  # noqa: F401
 from go_agent import GoK8s4rAgent
 
 GO_TOKEN = "legacy-token"
+
+
+@pytest.fixture
+def bridge(tmp_path, broker, sim):
+    """A bridge for a fleet with Go K8s4r agents: --legacy-topics, the one setting that opens the shared topics."""
+    made = BridgeProcess(tmp_path / "bridge", broker, sim, ["--legacy-topics", "--heartbeat-write-interval", "3s",
+                                                           "--dispatch-resend-after", "2s"]).start()
+    yield made
+    made.stop()
 
 
 @pytest.fixture
@@ -76,10 +85,11 @@ def test_deleting_a_go_agents_running_task_kills_it_though_the_agent_never_confi
 
 def test_with_legacy_topics_off_a_go_agent_is_refused_even_through_an_old_session(tmp_path, broker, sim):
     """The bridge's session outlives it at the broker, subscriptions and all: one started with legacy topics on and
-    restarted with them off still receives k8s4r/register. It must refuse it, count it, and write nothing."""
-    first = BridgeProcess(tmp_path / "bridge-legacy", broker, sim).start()
+    restarted with its defaults (legacy topics off) still receives k8s4r/register. It must refuse it, count it, and
+    write nothing."""
+    first = BridgeProcess(tmp_path / "bridge-legacy", broker, sim, ["--legacy-topics"]).start()
     first.stop()
-    strict = BridgeProcess(tmp_path / "bridge-strict", broker, sim, ["--legacy-topics", "false"]).start()
+    strict = BridgeProcess(tmp_path / "bridge-strict", broker, sim).start()
     go = GoK8s4rAgent(broker, "go-robot", GO_TOKEN)
     try:
         with pytest.raises(AssertionError, match="registration timeout"):
@@ -96,7 +106,7 @@ def test_with_legacy_topics_off_a_go_agent_is_refused_even_through_an_old_sessio
 def test_a_task_sent_before_a_go_agent_subscribed_goes_again_at_its_first_heartbeat(tmp_path, broker, sim):
     """The Go agent subscribes to its dispatches after it registered: a Task dispatched meanwhile is sent again at
     its first heartbeat, not only at the next resend (60 s here)."""
-    slow_resend = BridgeProcess(tmp_path / "bridge", broker, sim, ["--dispatch-resend-after", "60s"]).start()
+    slow_resend = BridgeProcess(tmp_path / "bridge", broker, sim, ["--legacy-topics", "--dispatch-resend-after", "60s"]).start()
     try:
         create_task(sim, "go-early", "echo early", robot="go-late")
         dispatch(sim, "go-early")

@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE.parent / "bridge"))
 sys.path.insert(0, str(HERE.parent / "agent"))
 
 from agent_support import AgentProcess  # noqa: E402
-from bridge_support import BridgeProcess, apply_bridge_rbac, apply_rbac, get  # noqa: E402
+from bridge_support import BridgeProcess, apply_bridge_rbac, apply_rbac, create_robot_secret, get  # noqa: E402
 from conftest import Broker, binary, free_port, terminate, wait_until  # noqa: E402,F401
 from manager_support import DEPLOY, FAST, ManagerProcess, apply, items  # noqa: E402,F401
 
@@ -145,7 +145,8 @@ class Cluster:
         for name in robots:
             proxy = Proxy(self.broker.port)
             self.proxies[name] = proxy
-            extra = ["--disconnect-stop-after", STOP_AFTER]
+            create_robot_secret(self.sim, name, f"token-{name}")
+            extra = ["--disconnect-stop-after", STOP_AFTER, "--token", f"token-{name}"]
             agent = AgentProcess(proxy, self.tmp / f"work-{name}", name, extra, (agent_env or {}).get(name))
             self.agents[name] = agent
             agent.start()

@@ -13,7 +13,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "bridge"
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "agent"))
 
 from agent_support import AgentProcess, processes_marked  # noqa: E402,F401
-from bridge_support import BridgeProcess, DaemonProcess, apply_bridge_rbac, apply_rbac, get  # noqa: E402,F401
+from bridge_support import (BridgeProcess, DaemonProcess, apply_bridge_rbac, apply_rbac, create_robot_secret,  # noqa: E402,F401
+                            get)
 from conftest import SecureBroker, binary, free_port, make_tls_files, wait_until  # noqa: E402
 
 DEPLOY = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "manager"
@@ -97,13 +98,16 @@ def bridge(tmp_path, broker, sim):
 
 @pytest.fixture
 def robots(tmp_path, broker, bridge, sim):
-    """Start agents: robots("robot-a", labels="zone=lab-a"); each is cleaned up, its processes with it."""
+    """Start agents: robots("robot-a", labels="zone=lab-a"); each is cleaned up, its processes with it. Each robot's
+    Secret is made first, as an operator enrolls a robot (secret=False: the test makes it, or not)."""
     made = []
 
-    def start(name, labels="", extra=()):
+    def start(name, labels="", extra=(), secret=True):
         args = ["--token", f"token-{name}", "--disconnect-stop-after", "4s", *(["--labels", labels] if labels else []),
                 *extra]
         broker.add_robot(name, f"token-{name}")
+        if secret:
+            create_robot_secret(sim, name, f"token-{name}")
         agent = AgentProcess(broker, tmp_path / f"work-{name}", name, args)
         agent.start()
         made.append(agent)

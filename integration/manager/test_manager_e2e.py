@@ -4,8 +4,8 @@ import threading
 import time
 
 from conftest import Broker, Observer
-from manager_support import (BridgeProcess, apply, bridge, broker, get, group, items, job, job_state,  # noqa: F401
-                             manager_factory, processes_marked,
+from manager_support import (BridgeProcess, apply, bridge, broker, create_robot_secret, get, group,  # noqa: F401
+                             items, job, job_state, manager_factory, processes_marked,
                              robot_phase, robots, sim, tasks_of_job, wait_job, wait_until, zone_is)
 from go_agent import GoK8s4rAgent  # noqa: E402 (integration/bridge, on the path manager_support sets)
 
@@ -144,12 +144,12 @@ def test_a_system_job_lands_on_each_matching_robot_including_one_that_joins_late
 
 
 def test_an_unapproved_robot_gets_nothing(sim, robots, manager_factory):
-    manager_factory(["--require-robot-token", "true"]).start()
+    manager_factory().start()  # robots are approved by their Secrets' tokens by default
     for name, token in (("robot-a", "token-robot-a"), ("robot-c", "not-the-token")):
         sim.kubectl("create", "secret", "generic", f"k8s4r-robot-{name}", f"--from-literal=token={token}")
         sim.kubectl("label", "secret", f"k8s4r-robot-{name}", f"robot.k8s4r.io/robot-id={name}")
     for name in ("robot-a", "robot-b", "robot-c"):
-        robots(name)
+        robots(name, secret=False)
     wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be approved")
     wait_until(lambda: robot_phase(sim, "robot-b") == "Pending", 20, "robot-b to wait for its Secret")
     wait_until(lambda: robot_phase(sim, "robot-c") == "Rejected", 20, "robot-c to be rejected")
@@ -194,6 +194,7 @@ def test_a_task_its_robot_stops_listing_is_lost_replaced_and_stopped_there(sim, 
     robot to stop the old one. The robot is scripted on the wire, as k8s4r-agent speaks, so it can forget."""
     manager_factory().start()
     broker.add_robot("robot-s", "t")
+    create_robot_secret(sim, "robot-s", "t")
     robot = Observer(broker, topics=("k8s4r/robots/robot-s/#",), client_id="robot-s", username="robot-s",
                      password="t")
     running = []  # what the scripted robot lists in its heartbeats
@@ -243,8 +244,9 @@ def test_a_go_k8s4r_robot_runs_a_jobs_tasks_and_is_never_taken_for_losing_them(s
     no broker and knows no TLS: a plain broker, as its fleets run today."""
     manager_factory().start()
     plain = Broker(tmp_path / "plain-broker")
-    bridge = BridgeProcess(tmp_path / "plain-bridge", plain, sim, ["--heartbeat-write-interval", "2s",
+    bridge = BridgeProcess(tmp_path / "plain-bridge", plain, sim, ["--legacy-topics", "--heartbeat-write-interval", "2s",
                                                                   "--dispatch-resend-after", "2s"]).start()
+    create_robot_secret(sim, "go-robot", "legacy-token")
     go = GoK8s4rAgent(plain, "go-robot", "legacy-token").start()
     try:
         wait_until(lambda: robot_phase(sim, "go-robot") == "Online", 20, "the Go robot to be Online")

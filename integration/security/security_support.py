@@ -17,7 +17,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "agent")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "manager"))
 
 from agent_support import AgentProcess  # noqa: E402
-from bridge_support import BridgeProcess, apply_rbac  # noqa: E402
+from bridge_support import BridgeProcess, apply_rbac, create_robot_secret  # noqa: E402,F401
 from conftest import SecureBroker, make_tls_files, wait_until  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -79,12 +79,6 @@ def broker(tmp_path, tls, mode):
     started.mode = mode
     yield started
     started.stop()
-
-
-def create_robot_secret(sim, robot, token):
-    """A robot's identity, as docs/security.md makes it: kubectl create secret, then label it."""
-    sim.kubectl("create", "secret", "generic", f"k8s4r-robot-{robot}", f"--from-literal=token={token}")
-    sim.kubectl("label", "secret", f"k8s4r-robot-{robot}", f"robot.k8s4r.io/robot-id={robot}")
 
 
 @pytest.fixture

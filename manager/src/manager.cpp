@@ -274,9 +274,9 @@ void Manager::start() {
                config_.namespace_.empty() ? "every namespace" : "namespace " + config_.namespace_);
   if (!config_.require_robot_token) {
     spdlog::warn(
-        "every robot that registers is approved (--require-robot-token is off): anyone who reaches the broker can "
-        "join the fleet. To lock it down, create a Secret k8s4r-robot-<robot id> (key token, label {}=<robot id>) "
-        "per robot and start the manager with --require-robot-token (docs/manager.md)",
+        "every robot that registers is approved (--require-robot-token=false): anyone who reaches the broker can "
+        "join the fleet and be given work. The default approves a robot only by its Secret k8s4r-robot-<robot id> "
+        "(key token, label {}=<robot id>) (docs/security.md)",
         crd::kRobotIdLabel);
   }
   for (auto* informer : {robots_.get(), secrets_.get(), jobs_.get(), groups_.get(), tasks_.get()}) informer->start();

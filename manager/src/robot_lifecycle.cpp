@@ -30,8 +30,14 @@ RobotVerdict judge_robot(const json& robot, const std::optional<std::string>& se
                          Timestamp now) {
   const crd::RobotView view = crd::read_robot(robot);
   const std::string secret = crd::robot_secret_name(view.name);
+  const auto heartbeat = crd::timestamp_at(robot, {"status", "lastHeartbeatTime"});
   if (policy.require_token) {
     const json& presented = crd::value_at(robot, {"status", "tokenDigest"});
+    // Created, its registration (token digest and first heartbeat time, one
+    // status write) not yet recorded: nothing to judge, no phase to flap through.
+    if (!heartbeat && !presented.is_string()) {
+      return {crd::RobotPhase::pending, "waiting for its agent to register", std::nullopt};
+    }
     if (!secret_digest) {
       return {crd::RobotPhase::pending,
               "waiting for Secret " + secret + " (key token) to approve it: kubectl create secret generic " + secret +
@@ -47,7 +53,6 @@ RobotVerdict judge_robot(const json& robot, const std::optional<std::string>& se
               std::nullopt};
     }
   }
-  const auto heartbeat = crd::timestamp_at(robot, {"status", "lastHeartbeatTime"});
   // Registered, not yet heard from: nothing to place on it, nothing lost.
   if (!heartbeat) return {crd::RobotPhase::pending, "approved; waiting for its first heartbeat", std::nullopt};
   const nanoseconds age = now - *heartbeat;

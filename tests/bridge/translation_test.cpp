@@ -3,6 +3,8 @@
 // report into a Task write, a Task into a dispatch message.
 #include "k8s4r/bridge/cached_fields.h"
 #include "k8s4r/bridge/dispatch_message.h"
+#include "k8s4r/bridge/new_robot_gate.h"
+#include "k8s4r/bridge/refusal_log.h"
 #include "k8s4r/bridge/robot_patches.h"
 #include "k8s4r/bridge/task_patches.h"
 #include "k8s4r/crd/resources.h"
@@ -103,6 +105,97 @@ TEST(RobotPatches, ARejectedRobotMayNotRegisterAgainWithTheTokenItWasRejectedFor
   message.token.clear();
   const json tokenless = {{"status", {{"phase", "Rejected"}}}};
   EXPECT_FALSE(may_register(&tokenless, message));
+}
+
+// Whoever can publish on a robot's topic (anyone, on an anonymous broker)
+// cannot change a Robot its token proved: not its token, so not its phase,
+// so not its login; nor, by heartbeat, the tasks it says it runs.
+TEST(RobotPatches, AnApprovedRobotsTokenIsChangedByItsSecretNotByAMessage) {
+  Register message;
+  message.robot_id = "r1";
+  message.token = "forged";
+  for (const char* phase : {"Online", "Offline"}) {
+    const json approved = {{"status", {{"phase", phase}, {"tokenDigest", crd::token_digest("real")}}}};
+    auto refused = may_register(&approved, message);
+    ASSERT_FALSE(refused) << phase;
+    EXPECT_EQ(refused.error().reason, "TokenMismatch");
+    message.token.clear();
+    EXPECT_FALSE(may_register(&approved, message)) << "without a token: " << phase;
+    message.token = "real";
+    EXPECT_TRUE(may_register(&approved, message)) << phase;
+    message.token = "forged";
+  }
+  // Not yet approved (waiting for its Secret): the next register's token counts, and the manager judges it.
+  const json pending = {{"status", {{"phase", "Pending"}, {"tokenDigest", crd::token_digest("real")}}}};
+  EXPECT_TRUE(may_register(&pending, message));
+  // Rejected for the old token after its Secret rotated: the new token is taken.
+  const json rotated = {{"status", {{"phase", "Rejected"}, {"tokenDigest", crd::token_digest("old")}}}};
+  message.token = "new";
+  EXPECT_TRUE(may_register(&rotated, message));
+
+  Heartbeat beat;
+  beat.robot_id = "r1";
+  beat.token = "real";
+  const json robot = {{"status", {{"phase", "Online"}, {"tokenDigest", crd::token_digest("real")}}}};
+  for (bool own_topic : {true, false}) {
+    beat.token = "real";
+    EXPECT_TRUE(may_heartbeat(robot, beat, own_topic));
+    beat.token = "forged";
+    auto refused = may_heartbeat(robot, beat, own_topic);
+    ASSERT_FALSE(refused) << own_topic;
+    EXPECT_EQ(refused.error().reason, "TokenMismatch");
+  }
+  // Without a token: k8s4r-agent's heartbeat on its own topic (its login is its proof); on the shared topic,
+  // where anyone can name any robot, refused.
+  beat.token.clear();
+  EXPECT_TRUE(may_heartbeat(robot, beat, true));
+  EXPECT_FALSE(may_heartbeat(robot, beat, false));
+  // Registered without a token (--require-robot-token=false): nothing to match.
+  EXPECT_TRUE(may_heartbeat(json{{"status", {{"phase", "Online"}}}}, beat, false));
+}
+
+TEST(NewRobotGateTest, AFloodOfNewRobotsStopsAtTheRateAndAtTheCap) {
+  using namespace std::chrono_literals;
+  NewRobotGate gate(10, 100);
+  const NewRobotGate::Time t0{};
+  int admitted = 0;
+  for (int i = 0; i < 1000; ++i) admitted += bool(gate.admit(0, t0));
+  EXPECT_EQ(admitted, 10);  // one second's worth at once
+  auto refused = gate.admit(0, t0);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().reason, "RegisterRateLimited");
+  EXPECT_TRUE(gate.admit(0, t0 + 100ms));  // refilled at 10 a second
+  EXPECT_FALSE(gate.admit(0, t0 + 100ms));
+  refused = gate.admit(100, t0 + 10s);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().reason, "TooManyUnapproved");
+  EXPECT_NE(refused.error().message.find("--max-unapproved-robots 100"), std::string::npos) << refused.error().message;
+  EXPECT_TRUE(gate.admit(99, t0 + 10s));
+}
+
+TEST(RefusalLogTest, TheFirstOfAReasonAtOnceThenOneSummaryPerIntervalWhateverTheFlood) {
+  using namespace std::chrono_literals;
+  RefusalLog log(10s);
+  const RefusalLog::Time t0{};
+  EXPECT_EQ(log.record("UnknownRobot", "refused a heartbeat from robot f0", t0), "refused a heartbeat from robot f0");
+  EXPECT_EQ(log.record("InvalidPayload", "refused a register: bad", t0 + 1s), "refused a register: bad");
+  EXPECT_FALSE(log.next_due());
+  for (int i = 1; i <= 5000; ++i) {
+    EXPECT_FALSE(log.record("UnknownRobot", "refused a heartbeat from robot f" + std::to_string(i), t0 + 2s));
+  }
+  EXPECT_EQ(log.next_due(), t0 + 10s);
+  EXPECT_TRUE(log.due(t0 + 9s).empty());
+  const auto lines = log.due(t0 + 10s);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0],
+            "refused 5000 more messages (UnknownRobot) in the last 10s; the last: refused a heartbeat from robot f5000");
+  EXPECT_FALSE(log.next_due());
+  // Within the interval after a summary: into the next summary.
+  EXPECT_FALSE(log.record("UnknownRobot", "again", t0 + 15s));
+  EXPECT_EQ(log.next_due(), t0 + 20s);
+  EXPECT_EQ(log.due(t0 + 20s).size(), 1u);
+  // A quiet reason logs its next refusal at once again.
+  EXPECT_EQ(log.record("UnknownRobot", "later", t0 + 40s), "later");
 }
 
 TEST(RobotPatches, OnlyRunningTasksCapacityAndConnectionAreUrgentInAHeartbeat) {

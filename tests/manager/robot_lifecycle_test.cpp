@@ -28,8 +28,27 @@ void disconnect(json& resource, std::chrono::seconds ago) {
       {{{"type", "Connected"}, {"status", "False"}, {"reason", "Disconnected"}, {"lastTransitionTime", at(ago)}}});
 }
 
-const RobotPolicy kOpen{};
-const RobotPolicy kLocked{true, 90s, 30s};
+const RobotPolicy kOpen{false, 90s, 30s};
+const RobotPolicy kLocked{};  // the default: approval by the Secret's token
+
+TEST(RobotLifecycle, TheDefaultPolicyApprovesOnlyByTheSecretsToken) {
+  EXPECT_TRUE(kLocked.require_token);
+  EXPECT_EQ(judge_robot(robot("Pending", 5s, crd::token_digest("t")), std::nullopt, kLocked, kNow).phase,
+            crd::RobotPhase::pending);
+}
+
+// The bridge creates a Robot, then writes its registration (token digest and
+// first heartbeat) as its status: judged in between, it must not flap through
+// Rejected, which under dynamic security would have cost it its login.
+TEST(RobotLifecycle, ARobotWhoseRegistrationIsNotRecordedYetStaysPending) {
+  json created = {{"metadata", {{"name", "r1"}}}, {"spec", {{"robotId", "r1"}}}};
+  const RobotVerdict verdict = judge_robot(created, crd::token_digest("s3cret"), kLocked, kNow);
+  EXPECT_EQ(verdict.phase, crd::RobotPhase::pending);
+  EXPECT_EQ(verdict.message, "waiting for its agent to register");
+  // Once recorded, a registration without a token is judged as such.
+  EXPECT_EQ(judge_robot(robot("Pending", 5s), crd::token_digest("s3cret"), kLocked, kNow).phase,
+            crd::RobotPhase::rejected);
+}
 
 TEST(RobotLifecycle, WithoutATokenCheckEveryRobotThatHeartbeatsIsOnline) {
   const RobotVerdict verdict = judge_robot(robot("Pending", 10s), std::nullopt, kOpen, kNow);

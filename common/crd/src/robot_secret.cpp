@@ -32,7 +32,12 @@ std::optional<std::string> robot_secret_token(const json& secret, const std::str
   const std::string encoded = string_at(secret, {"data", "token"});
   if (encoded.empty()) return std::nullopt;
   auto token = base64_decode(encoded);
-  if (!token || token->empty()) return std::nullopt;
+  if (!token) return std::nullopt;
+  // `kubectl create secret --from-file=token=FILE` keeps the file's final
+  // newline; the agent reads its --token-file without it (one line, trailing
+  // CR/LF dropped). The same token either way.
+  while (!token->empty() && (token->back() == '\n' || token->back() == '\r')) token->pop_back();
+  if (token->empty()) return std::nullopt;
   return std::move(*token);
 }
 

@@ -17,8 +17,8 @@
 //                   its robot is gone;
 //   broker_identities  with --dynamic-security, each robot's Secret made its
 //                   broker login, confined to its own topics, and removed
-//                   (the robot disconnected) when the Secret goes or the
-//                   Robot is Rejected.
+//                   (the robot disconnected) when the Secret goes, and
+//                   only then.
 // Writes go through the KubeWriter. What must be sent after a restart is
 // read back from the resources (status.dispatchedAt, the finalizer), not
 // from memory.
@@ -34,6 +34,8 @@
 #include "k8s4r/bridge/config.h"
 #include "k8s4r/bridge/dynsec_commands.h"
 #include "k8s4r/bridge/kube_writer.h"
+#include "k8s4r/bridge/new_robot_gate.h"
+#include "k8s4r/bridge/refusal_log.h"
 #include "k8s4r/bridge/robot_patches.h"
 #include "k8s4r/bridge/task_patches.h"
 #include "k8s4r/common/messages.h"
@@ -126,7 +128,12 @@ class Bridge {
   void on_message(const std::string& topic, const std::string& payload);
   void refuse(const std::string& what, const Refusal& refusal, const std::string& robot_id = "",
               const std::string& task_uid = "");
+  void arm_refusal_summaries();
   void publish(const std::string& topic, const std::string& payload, std::function<void(bool)> done = {});
+  // A refusal's answer (a register refused, a robot told to register): at
+  // QoS 0, since the robot asks again if it is lost, so a flood of them never
+  // holds a dispatch behind the broker's window of unacknowledged publishes.
+  void answer_refusal(const std::string& topic, const std::string& payload);
   void check_synced();
   ObjectRef robot_ref(const std::string& robot_id) const;
   ObjectRef task_ref(const std::string& name) const;
@@ -134,6 +141,7 @@ class Bridge {
 
   // on_register.cpp
   void on_register(const Register& message);
+  std::size_t unapproved_robots();
   // on_heartbeat.cpp
   // `acknowledge`: on the robot's own topic (our agent); Go K8s4r agents
   // heartbeat on the shared topic and await no acknowledgement.
@@ -197,8 +205,19 @@ class Bridge {
   // Robots without a Robot told to register again, and when (bounded: a
   // flood of made-up ids cannot grow it without limit).
   std::map<std::string, std::chrono::steady_clock::time_point> told_to_register_;
+  // Refusals in the log: the first of each reason, then a summary at most
+  // every 10 s (counted one by one in the metrics).
+  RefusalLog refusal_log_{std::chrono::seconds(10)};
+  // Robots created for robots that register for the first time: rate and
+  // cap (on_register.cpp). The unapproved count is read from the informer at
+  // most once a second, plus the Robots created since.
+  std::unique_ptr<NewRobotGate> new_robots_;
+  std::size_t unapproved_counted_ = 0, unapproved_created_since_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> unapproved_counted_at_;
+  daemon::EventLoop::TimerId refusal_summary_timer_ = 0;
   std::chrono::milliseconds reconnect_delay_{500};
   bool started_link_ = false;
+  bool warned_anonymous_ = false;  // once per process: it connected with no credential
   bool stopping_ = false;
   std::atomic<bool> mqtt_connected_{false}, synced_{false};
   std::atomic<bool> identities_listed_{false};  // identities_.listed, for readiness from any thread

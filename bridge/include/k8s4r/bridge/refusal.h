@@ -12,7 +12,8 @@ namespace k8s4r::bridge {
 
 struct Refusal {
   // InvalidPayload, InvalidTopic, TopicMismatch, UnknownRobot, RobotRejected,
-  // UnknownTask, WrongRobot, StaleSeq, TaskFinished, InvalidTask
+  // TokenMismatch, UnknownTask, WrongRobot, StaleSeq, TaskFinished,
+  // InvalidTask, LegacyTopic
   std::string reason;
   std::string message;
 };

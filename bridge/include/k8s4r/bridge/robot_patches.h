@@ -16,10 +16,21 @@
 namespace k8s4r::bridge {
 
 // A robot may register unless its Robot is Rejected and it presents the
-// token it was rejected for. A Rejected robot with another token (a rotated
-// Secret's) is written, so the manager judges the new token; it is still
-// answered as Rejected until then.
+// token it was rejected for (RobotRejected), or its Robot is approved
+// (Online or Offline) with another token (TokenMismatch): no register, from
+// whoever can publish on its topic, changes a Robot its token proved, makes
+// it Rejected or costs it its login. A Rejected robot with another token (a
+// rotated Secret's) is written, so the manager judges the new token; it is
+// still answered as Rejected until then.
 Decision<void> may_register(const nlohmann::json* robot, const Register& message);
+
+// A heartbeat that carries a token counts only with the one the Robot
+// registered with (its digest in status.tokenDigest); on the shared legacy
+// topic, where any client can name any robot, it must carry it. Otherwise
+// TokenMismatch, and nothing changes: a forged heartbeat cannot say the
+// robot's tasks are gone. k8s4r-agent sends no token in heartbeats, on its
+// own topic, which the broker's ACL binds to its login.
+Decision<void> may_heartbeat(const nlohmann::json& robot, const Heartbeat& message, bool own_topic);
 
 // The Robot to create for a robot that has none: name and spec.robotId the
 // robot id, the agent's labels as spec.labels.

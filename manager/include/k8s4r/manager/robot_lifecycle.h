@@ -2,15 +2,18 @@
 // digest of the token in its Secret, the policy and the time: the Robot
 // controller's whole decision, tested from values.
 //
-// Approval. Without `require_token` every robot is approved (the demo's
-// setting; the manager warns at start). With it, a robot is approved when
+// Approval. With `require_token` (the default), a robot is approved when
 // the SHA-256 digest of the token in its Secret (k8s4r-robot-<robot id>,
 // key `token`) equals status.tokenDigest, which the bridge recorded from the
 // robot's registration; no token is ever stored in a resource. A robot
 // without a Secret stays Pending (and says which Secret it waits for); one
 // that registered without a token, or with another one, is Rejected, and
 // approved again once its Secret and its registration agree (a rotated
-// Secret, a robot that registers again).
+// Secret, a robot that registers again). A Robot whose registration is not
+// recorded yet (the bridge creates it, then writes its status) stays
+// Pending: it is judged on its token once it has presented one or none.
+// Without `require_token` every robot is approved (the manager warns at
+// start).
 //
 // Liveness, for an approved robot: Online while its lastHeartbeatTime is
 // younger than `offline_after` and its Connected condition has not been
@@ -33,7 +36,7 @@
 namespace k8s4r::manager {
 
 struct RobotPolicy {
-  bool require_token = false;
+  bool require_token = true;
   std::chrono::nanoseconds offline_after = std::chrono::seconds(90);
   std::chrono::nanoseconds disconnect_grace = std::chrono::seconds(30);
 };
