@@ -75,3 +75,38 @@ def test_an_anonymous_flood_and_forged_registers_change_nothing_an_honest_job_ne
             agent.cleanup()
         bridge.stop()
         plain.stop()
+
+
+def test_kubectl_refuses_a_job_the_manager_could_never_run_saying_why(sim):
+    """What the manager would refuse anyway is refused where it enters, by the CRD, with the reason kubectl shows:
+    a group of 100,000 tasks, two tasks of one name in a group (their Tasks would share a name), two groups of one
+    name. Nothing is created."""
+    def refused(document):
+        result = sim.kubectl("apply", "-f", "-", input=json.dumps(document), check=False)
+        assert result.returncode != 0, result.stdout
+        return result.stderr
+
+    huge = job("huge", [group("g", 100000, "true")])
+    assert "spec.taskGroups[0].count" in refused(huge) and "10000" in refused(huge)
+    twice = job("twice", [group("g", 1, "true")])
+    twice["spec"]["taskGroups"][0]["tasks"].append(dict(twice["spec"]["taskGroups"][0]["tasks"][0]))
+    message = refused(twice)
+    assert "spec.taskGroups[0].tasks[1]" in message and 'Duplicate value: map[string]interface {}{"name":"work"}' \
+        in message, message
+    groups = job("groups", [group("g", 1, "true"), group("g", 2, "true")])
+    assert 'spec.taskGroups[1]: Duplicate value: map[string]interface {}{"name":"g"}' in refused(groups)
+    assert items(sim, "rjob") == []
+
+
+def test_a_constraint_only_the_manager_can_judge_is_refused_on_the_jobs_own_status_and_event(sim, manager_factory):
+    """A regexp that does not compile reaches the API (no schema can tell); the manager refuses the group, and the
+    Job says so itself, not `failed: no tasks yet` with the reason only on its TaskGroup."""
+    manager_factory().start()
+    apply(sim, job("bad-regexp", [group("g", 1, "true", [{"lTarget": "${robot.name}", "operand": "regexp",
+                                                          "rTarget": "(["}])]))
+    failed = wait_job(sim, "bad-regexp", "failed", 30)
+    description = failed["status"]["statusDescription"]
+    assert description.startswith("task group g: invalid") and "not a regular expression" in description, description
+    events = sim.kubectl("get", "events", "--field-selector", "involvedObject.name=bad-regexp", "-o", "json").stdout
+    assert any(e["reason"] == "Failed" and "task group g: invalid" in e["message"]
+               for e in json.loads(events)["items"]), events

@@ -129,9 +129,18 @@ json job_status(const json& job, const std::vector<json>& task_groups) {
   json summary = json::object();
   json names = json::array();
   int completed = 0, failed = 0, active = 0;
+  // Why a group made no Task (invalid, nothing fits): said on the Job too,
+  // not only on the group, so `kubectl get rjob` and the Job's Event tell.
+  std::vector<std::string> stuck;
   for (const json& group : task_groups) {
     names.push_back(crd::string_at(group, {"metadata", "name"}));
     const json& status = crd::value_at(group, {"status"});
+    const std::string description = crd::string_at(status, {"statusDescription"});
+    if (integer(status, {"totalTasks"}, 0) == 0 && !description.empty() && description != sentence(Counts{})) {
+      const std::string group_name = crd::string_at(group, {"spec", "groupName"});
+      stuck.push_back("task group " + (group_name.empty() ? crd::string_at(group, {"metadata", "name"}) : group_name) +
+                      ": " + description);
+    }
     Counts each;
     each.total = static_cast<int>(integer(status, {"totalTasks"}, 0));
     each.running = static_cast<int>(integer(status, {"runningTasks"}, 0));
@@ -169,9 +178,14 @@ json job_status(const json& job, const std::vector<json>& task_groups) {
   }
   json status = counts_json(counts);
   status["state"] = state;
-  status["statusDescription"] =
-      groups < expected ? "creating task groups (" + std::to_string(groups) + " of " + std::to_string(expected) + ")"
-                        : sentence(counts);
+  std::string description = sentence(counts);
+  if (groups < expected) {
+    description = "creating task groups (" + std::to_string(groups) + " of " + std::to_string(expected) + ")";
+  } else if (!stuck.empty() && (counts.total == 0 || state == "failed")) {
+    description.clear();
+    for (const std::string& why : stuck) description += (description.empty() ? "" : "; ") + why;
+  }
+  status["statusDescription"] = description;
   status["taskGroups"] = names;
   status["taskGroupSummary"] = summary;
   return status;

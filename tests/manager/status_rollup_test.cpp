@@ -65,13 +65,22 @@ TEST(TaskGroupStatus, ARescheduledSlotCountsByItsNewestTask) {
   }
 }
 
+// A Job of groups a and b, with `count` replicas each.
+struct TwoGroups {
+  json job = json::parse(R"({"spec":{"taskGroups":[{"name":"a"},{"name":"b"}]}})");
+  json a, b;
+  TwoGroups(int count_a, int count_b) : a(group(count_a, 1)), b(group(count_b, 1)) {
+    a["metadata"]["name"] = "job-a";
+    a["spec"]["groupName"] = "a";
+    b["metadata"]["name"] = "job-b";
+    b["spec"]["groupName"] = "b";
+  }
+};
+
 TEST(JobStatus, AddsUpItsGroups) {
-  const json job = json::parse(R"({"spec":{"taskGroups":[{"name":"a"},{"name":"b"}]}})");
-  json a = group(3, 1), b = group(2, 1);
-  a["metadata"]["name"] = "job-a";
-  a["spec"]["groupName"] = "a";
-  b["metadata"]["name"] = "job-b";
-  b["spec"]["groupName"] = "b";
+  TwoGroups groups(3, 2);
+  const json& job = groups.job;
+  json &a = groups.a, &b = groups.b;
   a["status"] = task_group_status(
       a, {task(0, "t0", "completed", "r1"), task(1, "t0", "completed", "r2"), task(2, "t0", "completed", "r3")});
   b["status"] = task_group_status(b, {task(0, "t0", "running", "r1"), task(1, "t0", "dispatching", "r2")});
@@ -90,6 +99,23 @@ TEST(JobStatus, AddsUpItsGroups) {
   b["status"] = task_group_status(b, {task(0, "t0", "completed", "r1"), task(1, "t0", "failed", "r2")});
   EXPECT_EQ(job_status(job, {a, b})["state"], "failed");
   EXPECT_EQ(job_status(job, {a, b})["statusDescription"], "4 succeeded, 1 failed of 5 tasks");
+}
+
+// A Job whose group could make no Task (an invalid constraint) said
+// "failed: no tasks yet", the reason only on the TaskGroup.
+TEST(JobStatus, AGroupThatMadeNoTaskSaysWhyOnTheJob) {
+  TwoGroups groups(1, 1);
+  const json& job = groups.job;
+  json &a = groups.a, &b = groups.b;
+  a["status"] = {{"state", "failed"}, {"statusDescription", "invalid: constraint 0: regexp '([': missing )"}};
+  b["status"] = task_group_status(b, {task(0, "t0", "completed", "r1")});
+  const json status = job_status(job, {a, b});
+  EXPECT_EQ(status["state"], "failed");
+  EXPECT_EQ(status["statusDescription"], "task group a: invalid: constraint 0: regexp '([': missing )");
+  // Waiting, with no Task yet: why, too.
+  a["status"] = {{"state", "pending"}, {"statusDescription", "no robot fits: 2 robots, none in zone lab-z"}};
+  b["status"] = {{"state", "pending"}, {"statusDescription", "no tasks yet"}};
+  EXPECT_EQ(job_status(job, {a, b})["statusDescription"], "task group a: no robot fits: 2 robots, none in zone lab-z");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <set>
 
 namespace k8s4r::kube_sim {
 namespace {
@@ -255,6 +256,35 @@ void validate(const json& schema, const json& value, const std::string& path, st
     if (schema.contains("items")) {
       for (std::size_t i = 0; i < value.size(); ++i) {
         validate(schema["items"], value[i], path + "[" + std::to_string(i) + "]", errors);
+      }
+    }
+    // As apiextensions' listtype validation: a set holds each value once, a
+    // map each tuple of its keys once; a repeat is reported where it repeats,
+    // in the words kube-apiserver uses (Go's %#v of the key fields).
+    const std::string list_type = schema.value("x-kubernetes-list-type", "");
+    if (list_type == "set" || list_type == "map") {
+      std::set<std::string> seen;
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        std::string key, shown_key;
+        if (list_type == "set") {
+          key = shown_key = shown(value[i]);
+        } else {
+          if (!value[i].is_object()) continue;  // a type error, reported above
+          std::vector<std::string> fields;
+          if (schema.contains("x-kubernetes-list-map-keys") && schema["x-kubernetes-list-map-keys"].is_array()) {
+            for (const json& name : schema["x-kubernetes-list-map-keys"]) {
+              if (!name.is_string()) continue;
+              const std::string field = name.get<std::string>();
+              if (value[i].contains(field)) fields.push_back(shown(json(field)) + ":" + shown(value[i][field]));
+            }
+          }
+          for (const std::string& field : fields) key += (key.empty() ? "" : ", ") + field;
+          shown_key = "map[string]interface {}{" + key + "}";
+        }
+        if (!seen.insert(key).second) {
+          errors.push_back({"FieldValueDuplicate", "Duplicate value: " + shown_key,
+                            path + "[" + std::to_string(i) + "]"});
+        }
       }
     }
   }

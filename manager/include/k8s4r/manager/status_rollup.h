@@ -14,7 +14,9 @@
 // slot ended and one failed; running while one runs; scheduled while one is
 // dispatching; pending otherwise. Job state: completed when every group
 // completed; failed when every group ended and one failed; running while a
-// group runs or is scheduled; pending otherwise. A Job's taskGroupSummary
+// group runs or is scheduled; pending otherwise. A group that made no Task
+// says why (invalid, nothing fits) on the Job's statusDescription too, while
+// the Job has no Task or has failed. A Job's taskGroupSummary
 // is Nomad's (queued, starting, running, complete, failed, lost) per group.
 //
 // Thread-safety: pure functions.
