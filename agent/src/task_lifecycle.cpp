@@ -71,17 +71,20 @@ void TaskLifecycle::create(const Dispatch& dispatch) {
   };
   if (shutting_down_) return refuse("AgentShutdown", "the agent is shutting down");
   if (!task.spec.target_robot.empty() && task.spec.target_robot != config_.robot_id) {
-    return refuse("InvalidTask", "spec.targetRobot is " + task.spec.target_robot + ", not this robot");
+    return refuse("NotRunnableHere", "spec.targetRobot is " + task.spec.target_robot + ", not this robot");
   }
   if (task.spec.driver != TaskDriver::exec && task.spec.driver != TaskDriver::raw_exec) {
     return refuse("UnsupportedDriver",
                   "driver " + std::string(to_string(task.spec.driver)) + " is not supported; use exec or raw_exec");
   }
   auto user = user_of(task.spec, config_);
-  if (!user) return refuse("InvalidTask", user.error().message);
+  // What this robot lacks (a user) or forbids (root) another may have:
+  // NotRunnableHere, which the manager may place elsewhere; InvalidTask
+  // would fail on every robot, and is never rescheduled.
+  if (!user) return refuse("NotRunnableHere", user.error().message);
   task.run_as = user.value().run_as;
   if (user.value().uid == 0 && !config_.allow_root_tasks) {
-    return refuse("InvalidTask",
+    return refuse("NotRunnableHere",
                   "this robot runs no task as root (allow-root-tasks is false); set spec.user to another user");
   }
   if (auto failed = work_dir_.make_task_dir(uid)) return refuse("StartFailed", *failed);
@@ -173,6 +176,10 @@ void TaskLifecycle::on_started(const std::string& uid, Result<TaskProcess> proce
     spdlog::warn("task {}: cannot start: {}", uid, processes.error().message);
     const std::string& field = processes.error().field;
     const bool storage = field == "StorageFull" || field == "StorageError";
+    // E2BIG: its command, arguments and environment exceed what execve
+    // takes, on any robot.
+    if (processes.error().message.find("Argument list too long") != std::string::npos)
+      return finish(task, failure("InvalidTask", "StartFailed", processes.error().message));
     return finish(
         task, failure(storage ? field : "StartFailed", storage ? "Refused" : "StartFailed", processes.error().message));
   }

@@ -249,7 +249,7 @@ def test_unsupported_driver_and_wrong_robot_are_refused(bridge, agent, tmp_path)
     assert bridge.final("t-docker")["reason"] == "UnsupportedDriver"
     elsewhere = create("t-elsewhere", "/bin/true", targetRobot="robot-2")
     bridge.send(elsewhere)
-    assert bridge.final("t-elsewhere")["reason"] == "InvalidTask"
+    assert bridge.final("t-elsewhere")["reason"] == "NotRunnableHere"
 
 
 # ---- artifacts ------------------------------------------------------------------------
@@ -392,7 +392,7 @@ def test_a_task_run_as_another_user_gets_only_what_that_user_may_read(broker, br
         assert bridge.final("t-default-user")["logsTail"] == "nobody\nnobody\n"
         bridge.send(create("t-root", "/bin/sh", ["-c", f"touch {place}/ran-as-root"], user="root"))
         refused = bridge.final("t-root")
-        assert refused["reason"] == "InvalidTask" and "allow-root-tasks is false" in refused["message"], refused
+        assert refused["reason"] == "NotRunnableHere" and "allow-root-tasks is false" in refused["message"], refused
         assert not (place / "ran-as-root").exists()
     finally:
         if agent:

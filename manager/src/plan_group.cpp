@@ -209,6 +209,10 @@ GroupPlan plan_group(const GroupView& view) {
       }
       // Ended. A batch or system slot that completed is done.
       if (*current.state == crd::TaskState::completed && type != "service") continue;
+      if (auto why = fails_on_any_robot(newest)) {
+        plan.events.push_back({newest, "Warning", "NotRescheduled", *why});
+        continue;
+      }
       std::vector<Timestamp> earlier;
       for (const json* attempt : slot->attempts) {
         if (attempt_of(*attempt) == 0) continue;

@@ -1,6 +1,7 @@
 #include "k8s4r/manager/reschedule.h"
 
 #include "k8s4r/common/duration.h"
+#include "k8s4r/crd/resources.h"
 
 #include <algorithm>
 
@@ -45,6 +46,14 @@ Result<ReschedulePolicy> read_reschedule_policy(const json& policy, const std::s
     out.unlimited = unlimited->get<bool>();
   }
   return out;
+}
+
+std::optional<std::string> fails_on_any_robot(const json& task) {
+  const std::string reason = crd::string_at(task, {"status", "reason"});
+  if (reason != "InvalidTask" && reason != "UnsupportedDriver") return std::nullopt;
+  const std::string message = crd::string_at(task, {"status", "message"});
+  return "not rescheduled: it failed with " + reason + (message.empty() ? "" : " (" + message + ")") +
+         ", which it would on any robot";
 }
 
 RescheduleDecision decide_reschedule(const ReschedulePolicy& policy, const std::vector<Timestamp>& earlier,

@@ -563,6 +563,23 @@ TEST_F(AgentTest, ACancelWhileTheRunStartsTakesItBackOrReachesItOnceItRuns) {
   EXPECT_EQ(reports_for("t-6").back().reason, "Cancelled");
 }
 
+// Reasons the manager acts on: what would fail on every robot (InvalidTask,
+// never rescheduled) apart from what this robot lacks (NotRunnableHere).
+TEST_F(AgentTest, WhatFailsOnEveryRobotIsToldApartFromWhatThisRobotLacks) {
+  connect();
+  dispatch("t-huge", "/bin/echo");
+  runner_->start_fails("t-huge", "cannot run /bin/echo: Argument list too long");
+  settle();
+  ASSERT_EQ(reports_for("t-huge").size(), 1u);
+  EXPECT_EQ(reports_for("t-huge")[0].reason, "InvalidTask");
+  dispatch("t-user", "/bin/true", R"(,"user":"no-such-user-k8s4r")");
+  ASSERT_EQ(reports_for("t-user").size(), 1u);
+  EXPECT_EQ(reports_for("t-user")[0].reason, "NotRunnableHere");
+  dispatch("t-other", "/bin/true", R"(,"targetRobot":"robot-2")");
+  ASSERT_EQ(reports_for("t-other").size(), 1u);
+  EXPECT_EQ(reports_for("t-other")[0].reason, "NotRunnableHere");
+}
+
 TEST_F(AgentTest, ATaskThatCannotStartIsReportedFailedWithWhy) {
   connect();
   dispatch("t-7", "/no/such/command");

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,14 @@ struct RescheduleDecision {
   std::chrono::nanoseconds delay{0};  // after the loss, when reschedule
   std::string why;                    // for the Event and, when not rescheduled, the Task's failure message
 };
+
+// Why a failed Task would fail the same way on any robot, so replacing it
+// only repeats the failure: its status.reason is InvalidTask (a spec the
+// agent's codec refuses, a dispatch over the payload limit, an argument list
+// longer than execve takes) or UnsupportedDriver. None for any other end
+// (NotRunnableHere, StartFailed, Error, Lost, ...), which another robot or
+// another try may not repeat.
+std::optional<std::string> fails_on_any_robot(const nlohmann::json& task);
 
 // `earlier`: when the slot was rescheduled before (any order).
 RescheduleDecision decide_reschedule(const ReschedulePolicy& policy, const std::vector<Timestamp>& earlier,
