@@ -43,6 +43,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   metrics_.declare("k8s4r_bridge_heartbeats_coalesced_total", Type::counter,
                    "Heartbeats folded into a later write instead of written themselves.");
   metrics_.declare("k8s4r_bridge_mqtt_connected", Type::gauge, "1 while the bridge holds its MQTT session.");
+  metrics_.declare("k8s4r_bridge_refusal_answers_dropped_total", Type::counter,
+                   "Answers to refused messages not sent, over 200 a second (the robot asks again).");
   metrics_.declare("k8s4r_bridge_unapproved_robots", Type::gauge,
                    "Robots waiting for approval (Pending or Rejected), as last counted for --max-unapproved-robots.");
   metrics_.declare("k8s4r_bridge_inbox_depth", Type::gauge, "MQTT messages received and not yet handled.");
@@ -332,6 +334,10 @@ void Bridge::publish(const std::string& topic, const std::string& payload, std::
 
 void Bridge::answer_refusal(const std::string& topic, const std::string& payload) {
   if (!link_) return;
+  if (!refusal_answers_.take(loop_.clock().steady())) {
+    metrics_.add("k8s4r_bridge_refusal_answers_dropped_total");
+    return;
+  }
   link_->publish(topic, payload, 0, false, [](bool, const std::string&) {});
 }
 
@@ -392,6 +398,9 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
     }
     case topics::TopicKind::heartbeat: {
       metrics_.add("k8s4r_bridge_messages_total", {{"topic", "heartbeat"}});
+      // A robot with no Robot: refused by its topic alone, unparsed (a flood
+      // of made-up robots costs a cache lookup each).
+      if (!where.legacy && !robots_->get(namespace_, where.robot_id)) return refuse_unknown_heartbeat(where.robot_id);
       auto message = parse_heartbeat(payload);
       if (!message) return refuse("a heartbeat", {"InvalidPayload", message.error().to_string()}, where.robot_id);
       if (mismatch(message.value().robot_id))
@@ -402,6 +411,7 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
     }
     case topics::TopicKind::presence: {
       metrics_.add("k8s4r_bridge_messages_total", {{"topic", "presence"}});
+      if (!robots_->get(namespace_, where.robot_id)) return;  // nothing to write before it registers (on_presence)
       auto message = parse_presence(payload);
       if (!message) return refuse("a presence", {"InvalidPayload", message.error().to_string()}, where.robot_id);
       if (mismatch(message.value().robot_id))

@@ -20,10 +20,10 @@ void Bridge::on_heartbeat(const Heartbeat& message, bool acknowledge) {
   const std::string& robot_id = message.robot_id;
   const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
   if (!robot) {
+    if (acknowledge) return refuse_unknown_heartbeat(robot_id);
     refuse("a heartbeat",
            {"UnknownRobot", "no Robot " + robot_id + " in namespace " + namespace_ + "; the robot must register first"},
            robot_id);
-    if (acknowledge) tell_to_register(robot_id);
     return;
   }
   if (auto allowed = may_heartbeat(*robot, message, acknowledge); !allowed)
@@ -76,6 +76,13 @@ void Bridge::on_heartbeat(const Heartbeat& message, bool acknowledge) {
       write_heartbeat(robot_id, "interval");
     });
   }
+}
+
+void Bridge::refuse_unknown_heartbeat(const std::string& robot_id) {
+  refuse("a heartbeat",
+         {"UnknownRobot", "no Robot " + robot_id + " in namespace " + namespace_ + "; the robot must register first"},
+         robot_id);
+  tell_to_register(robot_id);
 }
 
 void Bridge::tell_to_register(const std::string& robot_id) {

@@ -36,6 +36,7 @@
 #include "k8s4r/bridge/kube_writer.h"
 #include "k8s4r/bridge/new_robot_gate.h"
 #include "k8s4r/bridge/refusal_log.h"
+#include "k8s4r/bridge/token_bucket.h"
 #include "k8s4r/bridge/robot_patches.h"
 #include "k8s4r/bridge/task_patches.h"
 #include "k8s4r/common/messages.h"
@@ -167,6 +168,9 @@ class Bridge {
   // A heartbeat from a robot the bridge has no Robot for: told (at most once
   // per --dispatch-resend-after) to register again.
   void tell_to_register(const std::string& robot_id);
+  // A heartbeat on the own topic of a robot with no Robot: refused
+  // (UnknownRobot) and the robot told to register.
+  void refuse_unknown_heartbeat(const std::string& robot_id);
   void stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running);
   void stop_on_robot(const kube::ObjectPtr& task);
   bool robot_gone(const std::string& robot_id) const;
@@ -212,6 +216,10 @@ class Bridge {
   // cap (on_register.cpp). The unapproved count is read from the informer at
   // most once a second, plus the Robots created since.
   std::unique_ptr<NewRobotGate> new_robots_;
+  // Answers to refusals, at most 200 a second: a robot that misses one asks
+  // again, and a flood of refused messages must not become a flood of
+  // publishes the bridge spends its time on.
+  TokenBucket refusal_answers_{200};
   std::size_t unapproved_counted_ = 0, unapproved_created_since_ = 0;
   std::optional<std::chrono::steady_clock::time_point> unapproved_counted_at_;
   daemon::EventLoop::TimerId refusal_summary_timer_ = 0;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "k8s4r/bridge/refusal.h"
+#include "k8s4r/bridge/token_bucket.h"
 
 #include <chrono>
 #include <cstddef>
@@ -30,10 +31,8 @@ class NewRobotGate {
   Decision<void> admit(std::size_t unapproved, Time now);
 
  private:
-  double per_second_;
   std::size_t max_unapproved_;
-  double tokens_;
-  std::optional<Time> filled_;
+  TokenBucket bucket_;
 };
 
 }  // namespace k8s4r::bridge
