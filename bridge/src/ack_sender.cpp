@@ -5,6 +5,10 @@
 namespace k8s4r::bridge {
 
 void AckSender::report(const std::string& robot_id, ReportAck ack) {
+  if (ack.result == ReportResult::refused && !refusals_.take(loop_.clock().steady())) {
+    refusals_dropped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   waiting_[robot_id].reports.push_back(std::move(ack));
   schedule();
 }

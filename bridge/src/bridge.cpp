@@ -43,6 +43,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   metrics_.declare("k8s4r_bridge_heartbeats_coalesced_total", Type::counter,
                    "Heartbeats folded into a later write instead of written themselves.");
   metrics_.declare("k8s4r_bridge_mqtt_connected", Type::gauge, "1 while the bridge holds its MQTT session.");
+  metrics_.declare("k8s4r_bridge_ack_refusals_dropped_total", Type::counter,
+                   "Refusals of status reports not acknowledged, over 500 a second (the robot sends the report again).");
   metrics_.declare("k8s4r_bridge_refusal_answers_dropped_total", Type::counter,
                    "Answers to refused messages not sent, over 200 a second (the robot asks again).");
   metrics_.declare("k8s4r_bridge_unapproved_robots", Type::gauge,
@@ -159,6 +161,7 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   metrics_.add_collector([this](daemon::Metrics& m) {
     m.set("k8s4r_bridge_inbox_depth", {}, static_cast<double>(inbox_.depth()));
     m.set("k8s4r_bridge_inbox_waits_total", {}, static_cast<double>(inbox_.waits()));
+    m.set("k8s4r_bridge_ack_refusals_dropped_total", {}, static_cast<double>(acks_->refusals_dropped()));
     const auto queue = writer_->queue_metrics();
     m.set("k8s4r_bridge_work_queue_depth", {}, static_cast<double>(queue.depth));
     m.set("k8s4r_bridge_work_queue_in_progress", {}, static_cast<double>(queue.in_progress));

@@ -55,6 +55,27 @@ TEST_F(AckSenderTest, ABurstIsCutIntoMessagesOfAtMostAThousandReports) {
   EXPECT_EQ(sent_[2].ack.reports.back().task_uid, "t-2500");
 }
 
+// A flood of forged reports on a robot's topic is refused; those refusals
+// must not become a flood of acknowledgements to the robot, queued ahead of
+// its dispatches. What it really sent is always confirmed.
+TEST_F(AckSenderTest, RefusalsGoOutAtMostFiveHundredASecondRecordsAlways) {
+  for (int i = 1; i <= 5000; ++i)
+    acks_.report("robot-1", {"forged-" + std::to_string(i), 1, ReportResult::refused, "UnknownTask", "no Task"});
+  acks_.report("robot-1", {"t-real", 3, ReportResult::recorded});
+  testing::advance(clock_, loop_, 20ms);
+  std::size_t refused = 0, recorded = 0;
+  for (const Sent& sent : sent_) {
+    for (const ReportAck& ack : sent.ack.reports) (ack.result == ReportResult::refused ? refused : recorded)++;
+  }
+  EXPECT_EQ(refused, 500u);
+  EXPECT_EQ(recorded, 1u);
+  EXPECT_EQ(acks_.refusals_dropped(), 4500u);
+  testing::advance(clock_, loop_, 1s);  // a second later, the bucket is full again
+  acks_.report("robot-1", {"t-gone", 2, ReportResult::refused, "UnknownTask", "no Task"});
+  testing::advance(clock_, loop_, 20ms);
+  EXPECT_EQ(sent_.back().ack.reports.back().task_uid, "t-gone");
+}
+
 TEST_F(AckSenderTest, NothingIsAddressedToARobotIdThatCouldBreakATopic) {
   acks_.report("robot/#", {"t-1", 1, ReportResult::recorded});
   testing::advance(clock_, loop_, 20ms);
