@@ -29,12 +29,14 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
          c.robot_id = v;
          return std::nullopt;
        }},
-      {"token", daemon::ValueType::String, "credential: sent in register and heartbeat, and as the MQTT password (user name: the robot id)",
+      {"token", daemon::ValueType::String,
+       "credential: sent in register and heartbeat, and as the MQTT password (user name: the robot id)",
        [&c](const std::string& v) -> ApplyResult {
          c.token = v;
          return std::nullopt;
        }},
-      {"token-file", daemon::ValueType::Path, "file holding the token (kept out of the process list; a Secret's key mounted as a file)",
+      {"token-file", daemon::ValueType::Path,
+       "file holding the token (kept out of the process list; a Secret's key mounted as a file)",
        [&c](const std::string& v) { return daemon::parse_secret_file(v, c.token); }},
       {"legacy-topics", daemon::ValueType::Bool,
        "register and heartbeat on Go K8s4r's shared topics, for a Go K8s4r server (false: on this "
@@ -42,7 +44,8 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
        [&c](const std::string& v) { return daemon::parse_bool(v, c.legacy_topics); }},
       {"ca-file", daemon::ValueType::Path, "PEM CA bundle to verify an ssl:// broker (default: the system's)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.ca_file); }},
-      {"cert-file", daemon::ValueType::Path, "PEM client certificate for a broker that asks for one (mutual TLS; with key-file)",
+      {"cert-file", daemon::ValueType::Path,
+       "PEM client certificate for a broker that asks for one (mutual TLS; with key-file)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.cert_file); }},
       {"key-file", daemon::ValueType::Path, "PEM private key of cert-file",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.key_file); }},
@@ -74,7 +77,8 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
       {"max-finished-tasks", daemon::ValueType::Count,
        "finished tasks remembered at most (about 1 KB of memory each); beyond, the oldest go early",
        [&c](const std::string& v) { return daemon::parse_positive_size(v, c.max_finished_tasks); }},
-      {"task-user", daemon::ValueType::String, "the user a task without spec.user runs as (default: the agent's own user)",
+      {"task-user", daemon::ValueType::String,
+       "the user a task without spec.user runs as (default: the agent's own user)",
        [&c](const std::string& v) -> ApplyResult {
          if (v.empty()) {
            c.task_user.clear();
@@ -102,7 +106,8 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
          c.cgroup_parent = v;
          return std::nullopt;
        }},
-      {"task-shim", daemon::ValueType::Path, "the k8s4r-task-shim binary each task runs under (default: next to k8s4r-agent)",
+      {"task-shim", daemon::ValueType::Path,
+       "the k8s4r-task-shim binary each task runs under (default: next to k8s4r-agent)",
        [&c](const std::string& v) -> ApplyResult {
          if (v.empty()) {
            c.task_shim.clear();

@@ -94,8 +94,7 @@ void DispatchIntake::on_dispatch(const std::string& payload) {
     if (known == tasks_.end()) {
       // Remembered (for the finished-task retention), so the create this
       // delete overtook never runs when it comes.
-      spdlog::info("delete for task {}, which this robot does not have: recorded as cancelled before it arrived",
-                   uid);
+      spdlog::info("delete for task {}, which this robot does not have: recorded as cancelled before it arrived", uid);
       lifecycle_.cancel_unarrived(uid);
       return;
     }

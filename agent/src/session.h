@@ -98,7 +98,7 @@ class Session {
   SessionListener listener_;
   bool connected_ = false, registered_ = false, stopped_ = false, ready_notified_ = false;
   bool warned_anonymous_ = false;  // once per process: it connected with no credential
-  std::uint64_t generation_ = 0;  // counts connections; stale completions are ignored
+  std::uint64_t generation_ = 0;   // counts connections; stale completions are ignored
   std::chrono::milliseconds reconnect_backoff_{0}, register_backoff_{0};
   daemon::EventLoop::TimerId reconnect_timer_ = 0, register_timer_ = 0, heartbeat_timer_ = 0;
   Timestamp connected_at_{};

@@ -43,8 +43,9 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   metrics_.declare("k8s4r_bridge_heartbeats_coalesced_total", Type::counter,
                    "Heartbeats folded into a later write instead of written themselves.");
   metrics_.declare("k8s4r_bridge_mqtt_connected", Type::gauge, "1 while the bridge holds its MQTT session.");
-  metrics_.declare("k8s4r_bridge_ack_refusals_dropped_total", Type::counter,
-                   "Refusals of status reports not acknowledged, over 500 a second (the robot sends the report again).");
+  metrics_.declare(
+      "k8s4r_bridge_ack_refusals_dropped_total", Type::counter,
+      "Refusals of status reports not acknowledged, over 500 a second (the robot sends the report again).");
   metrics_.declare("k8s4r_bridge_refusal_answers_dropped_total", Type::counter,
                    "Answers to refused messages not sent, over 200 a second (the robot asks again).");
   metrics_.declare("k8s4r_bridge_unapproved_robots", Type::gauge,
@@ -135,8 +136,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
                            return connected(old_robot, robot) || phase(old_robot, robot);
                          }});
 
-  new_robots_ = std::make_unique<NewRobotGate>(static_cast<double>(config_.new_robots_per_second),
-                                               config_.max_unapproved_robots);
+  new_robots_ =
+      std::make_unique<NewRobotGate>(static_cast<double>(config_.new_robots_per_second), config_.max_unapproved_robots);
   acks_ = std::make_unique<AckSender>(loop_, [this](const std::string& topic, const std::string& payload) {
     // At QoS 0: an acknowledgement lost costs the robot a resend, which is
     // answered again; at QoS 1 every heartbeat's would wait in the window of

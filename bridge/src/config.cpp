@@ -24,7 +24,8 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
   return {
       {"broker-url", daemon::ValueType::Url, "MQTT broker, tcp://HOST:PORT or ssl://HOST:PORT",
        [&c](const std::string& v) { return daemon::parse_broker_url(v, c.broker_url); }},
-      {"client-id", daemon::ValueType::String, "the bridge's MQTT client id, which names its persistent session (k8s4r-bridge)",
+      {"client-id", daemon::ValueType::String,
+       "the bridge's MQTT client id, which names its persistent session (k8s4r-bridge)",
        [&c](const std::string& v) -> ApplyResult {
          if (v.empty() || v.size() > 128 || v.find_first_of("+#/") != std::string::npos)
            return "must be 1 to 128 characters without '+', '#' or '/', got '" + v + "'";
@@ -36,11 +37,13 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
        [&c](const std::string& v) { return daemon::parse_secret_file(v, c.password); }},
       {"ca-file", daemon::ValueType::Path, "PEM CA bundle to verify an ssl:// broker (default: the system's)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.ca_file); }},
-      {"cert-file", daemon::ValueType::Path, "PEM client certificate for a broker that asks for one (mutual TLS; with key-file)",
+      {"cert-file", daemon::ValueType::Path,
+       "PEM client certificate for a broker that asks for one (mutual TLS; with key-file)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.cert_file); }},
       {"key-file", daemon::ValueType::Path, "PEM private key of cert-file",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.key_file); }},
-      {"kubeconfig", daemon::ValueType::Path, "kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
+      {"kubeconfig", daemon::ValueType::Path,
+       "kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.kubeconfig); }},
       {"namespace", daemon::ValueType::String, "namespace of the Robots and Tasks (default: the kubeconfig context's)",
        [&c](const std::string& v) -> ApplyResult {
@@ -48,11 +51,14 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
          c.namespace_ = v;
          return std::nullopt;
        }},
-      {"metrics-bind-address", daemon::ValueType::HostPort, "host:port for /metrics, /healthz and /readyz (127.0.0.1:9090; port 0: any)",
+      {"metrics-bind-address", daemon::ValueType::HostPort,
+       "host:port for /metrics, /healthz and /readyz (127.0.0.1:9090; port 0: any)",
        [&c](const std::string& v) { return daemon::parse_bind_address(v, c.metrics_bind_address); }},
-      {"heartbeat-write-interval", daemon::ValueType::Duration, "at most one heartbeat write per robot this often (60s)",
+      {"heartbeat-write-interval", daemon::ValueType::Duration,
+       "at most one heartbeat write per robot this often (60s)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.heartbeat_write_interval); }},
-      {"dispatch-resend-after", daemon::ValueType::Duration, "publish a Task again when still dispatching this long after (30s)",
+      {"dispatch-resend-after", daemon::ValueType::Duration,
+       "publish a Task again when still dispatching this long after (30s)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.dispatch_resend_after); }},
       {"heartbeat-ack-interval", daemon::ValueType::Duration,
        "acknowledge a robot's heartbeats at most this often (5s); keep it well below the tasks' "

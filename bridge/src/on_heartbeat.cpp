@@ -95,10 +95,10 @@ void Bridge::tell_to_register(const std::string& robot_id) {
   // Debug: the refusal (UnknownRobot) is already in the log, summarised
   // under a flood of made-up robots.
   spdlog::debug("robot {} heartbeats but has no Robot (deleted?): telling it to register again", robot_id);
-  answer_refusal(topics::response(robot_id).value(),
-                 encode(register_response(robot_id, false,
-                                          "no Robot " + robot_id + " in namespace " + namespace_ + ": register again",
-                                          nullptr)));
+  answer_refusal(
+      topics::response(robot_id).value(),
+      encode(register_response(robot_id, false,
+                               "no Robot " + robot_id + " in namespace " + namespace_ + ": register again", nullptr)));
 }
 
 void Bridge::confirm_recorded_ends(const Heartbeat& message) {

@@ -77,14 +77,25 @@ int main(int argc, char** argv) {
   app.add_option("--api-audiences", options.api_audiences, "audiences tokens must carry (default: the issuer)")
       ->delimiter(',');
   // --help names each value's type, as the daemons' does.
-  const std::map<std::string, std::string> types = {
-      {"--listen", "host:port"},         {"--write-kubeconfig", "path"}, {"--token", "string"},
-      {"--tls-cert", "path"},            {"--tls-key", "path"},          {"--tls-ca", "path"},
-      {"--history", "count"},            {"--bookmark-interval", "seconds"}, {"--threads", "count"},
-      {"--latency-ms", "milliseconds"},  {"--error-rate", "0..1"},       {"--error-code", "500|429"},
-      {"--retry-after", "seconds"},      {"--token-auth-file", "path"},  {"--client-ca-file", "path"},
-      {"--anonymous-auth", "bool"},      {"--authorization-mode", "AlwaysAllow|RBAC"},
-      {"--service-account-issuer", "url"}, {"--api-audiences", "a,b,..."}};
+  const std::map<std::string, std::string> types = {{"--listen", "host:port"},
+                                                    {"--write-kubeconfig", "path"},
+                                                    {"--token", "string"},
+                                                    {"--tls-cert", "path"},
+                                                    {"--tls-key", "path"},
+                                                    {"--tls-ca", "path"},
+                                                    {"--history", "count"},
+                                                    {"--bookmark-interval", "seconds"},
+                                                    {"--threads", "count"},
+                                                    {"--latency-ms", "milliseconds"},
+                                                    {"--error-rate", "0..1"},
+                                                    {"--error-code", "500|429"},
+                                                    {"--retry-after", "seconds"},
+                                                    {"--token-auth-file", "path"},
+                                                    {"--client-ca-file", "path"},
+                                                    {"--anonymous-auth", "bool"},
+                                                    {"--authorization-mode", "AlwaysAllow|RBAC"},
+                                                    {"--service-account-issuer", "url"},
+                                                    {"--api-audiences", "a,b,..."}};
   for (const auto& [flag, type] : types) app.get_option(flag)->type_name(type);
   CLI11_PARSE(app, argc, argv);
   if (!anonymous.empty()) options.anonymous_auth = anonymous == "true";

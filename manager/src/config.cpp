@@ -25,11 +25,13 @@ std::vector<daemon::Setting> settings(ManagerConfig& c) {
     return [&target](const std::string& v) { return daemon::parse_positive_duration(v, target); };
   };
   return {
-      {"kubeconfig", daemon::ValueType::Path, "kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
+      {"kubeconfig", daemon::ValueType::Path,
+       "kubeconfig file (default: $KUBECONFIG, then in-cluster, then ~/.kube/config)",
        [&c](const std::string& v) { return daemon::parse_existing_file(v, c.kubeconfig); }},
       {"namespace", daemon::ValueType::String, "the namespace to manage (default: every namespace)",
        [&c](const std::string& v) { return namespace_name(v, c.namespace_); }},
-      {"metrics-bind-address", daemon::ValueType::HostPort, "host:port for /metrics, /healthz and /readyz (127.0.0.1:9091; port 0: any)",
+      {"metrics-bind-address", daemon::ValueType::HostPort,
+       "host:port for /metrics, /healthz and /readyz (127.0.0.1:9091; port 0: any)",
        [&c](const std::string& v) { return daemon::parse_bind_address(v, c.metrics_bind_address); }},
       {"require-robot-token", daemon::ValueType::Bool,
        "approve a robot only when its registration token matches its Secret k8s4r-robot-<id> (true; false approves "
@@ -37,8 +39,8 @@ std::vector<daemon::Setting> settings(ManagerConfig& c) {
        [&c](const std::string& v) { return daemon::parse_bool(v, c.require_robot_token); }},
       {"robot-offline-after", daemon::ValueType::Duration, "a robot without a heartbeat this long is Offline (90s)",
        duration(c.robot_offline_after)},
-      {"disconnect-grace", daemon::ValueType::Duration, "a robot disconnected from the broker this long is Offline (30s)",
-       duration(c.disconnect_grace)},
+      {"disconnect-grace", daemon::ValueType::Duration,
+       "a robot disconnected from the broker this long is Offline (30s)", duration(c.disconnect_grace)},
       {"dispatch-timeout", daemon::ValueType::Duration, "a Task still dispatching this long is rescheduled (2m)",
        duration(c.dispatch_timeout)},
       {"disconnect-stop-after", daemon::ValueType::Duration,
@@ -49,21 +51,25 @@ std::vector<daemon::Setting> settings(ManagerConfig& c) {
        "added to a Task's stop window and killTimeout for its default lostAfter: the bridge's heartbeat write "
        "interval and clock skew (90s)",
        duration(c.disconnect_margin)},
-      {"leader-elect", daemon::ValueType::Bool, "run only while holding the Lease k8s4r-manager, so one of several managers acts (true)",
+      {"leader-elect", daemon::ValueType::Bool,
+       "run only while holding the Lease k8s4r-manager, so one of several managers acts (true)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.leader_elect); }},
-      {"leader-election-identity", daemon::ValueType::String, "this manager's name in the Lease (default: host name and a random suffix)",
+      {"leader-election-identity", daemon::ValueType::String,
+       "this manager's name in the Lease (default: host name and a random suffix)",
        [&c](const std::string& v) -> ApplyResult {
          if (v.empty() || v.size() > 253) return "must be 1 to 253 characters";
          c.leader_election_identity = v;
          return std::nullopt;
        }},
-      {"leader-election-namespace", daemon::ValueType::String, "the Lease's namespace (default: namespace, else the kubeconfig's)",
+      {"leader-election-namespace", daemon::ValueType::String,
+       "the Lease's namespace (default: namespace, else the kubeconfig's)",
        [&c](const std::string& v) { return namespace_name(v, c.leader_election_namespace); }},
-      {"leader-election-lease-duration", daemon::ValueType::Duration, "how long a follower waits before taking the Lease over (15s)",
-       duration(c.lease_duration)},
-      {"leader-election-renew-deadline", daemon::ValueType::Duration, "how long the leader tries to renew before it stops acting (10s)",
-       duration(c.renew_deadline)},
-      {"leader-election-retry-period", daemon::ValueType::Duration, "how often the Lease is tried (2s)", duration(c.retry_period)},
+      {"leader-election-lease-duration", daemon::ValueType::Duration,
+       "how long a follower waits before taking the Lease over (15s)", duration(c.lease_duration)},
+      {"leader-election-renew-deadline", daemon::ValueType::Duration,
+       "how long the leader tries to renew before it stops acting (10s)", duration(c.renew_deadline)},
+      {"leader-election-retry-period", daemon::ValueType::Duration, "how often the Lease is tried (2s)",
+       duration(c.retry_period)},
       {"log-level", daemon::ValueType::Level, "trace, debug, info, warn or error",
        [&c](const std::string& v) { return daemon::parse_log_level(v, c.log_level); }},
   };

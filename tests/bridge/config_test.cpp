@@ -11,7 +11,8 @@ namespace {
 
 BridgeConfigOutcome parse(std::vector<std::string> args) {
   args.insert(args.begin(), {"--broker-url", "tcp://broker:1883"});
-  return parse_bridge_config(args, [](const std::string&) { return std::string(); }, "/nonexistent/bridge.yaml");
+  return parse_bridge_config(
+      args, [](const std::string&) { return std::string(); }, "/nonexistent/bridge.yaml");
 }
 
 TEST(BridgeConfig, GoK8s4rsSharedTopicsAreOffUnlessAskedFor) {
@@ -31,9 +32,9 @@ TEST(BridgeConfig, HelpNamesTheProgramAndEachType) {
   const auto outcome = parse({"--help"});
   EXPECT_FALSE(outcome.config);
   EXPECT_EQ(outcome.exit_code, 0);
-  for (const char* shown : {"Usage: k8s4r-bridge", "--broker-url url", "--legacy-topics bool",
-                            "--heartbeat-write-interval duration", "--metrics-bind-address host:port",
-                            "--mqtt-password-file path", "--kube-writers count"}) {
+  for (const char* shown :
+       {"Usage: k8s4r-bridge", "--broker-url url", "--legacy-topics bool", "--heartbeat-write-interval duration",
+        "--metrics-bind-address host:port", "--mqtt-password-file path", "--kube-writers count"}) {
     EXPECT_NE(outcome.output.find(shown), std::string::npos) << shown << "\n" << outcome.output;
   }
 }

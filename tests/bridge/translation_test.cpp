@@ -187,8 +187,9 @@ TEST(RefusalLogTest, TheFirstOfAReasonAtOnceThenOneSummaryPerIntervalWhateverThe
   EXPECT_TRUE(log.due(t0 + 9s).empty());
   const auto lines = log.due(t0 + 10s);
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(lines[0],
-            "refused 5000 more messages (UnknownRobot) in the last 10s; the last: refused a heartbeat from robot f5000");
+  EXPECT_EQ(
+      lines[0],
+      "refused 5000 more messages (UnknownRobot) in the last 10s; the last: refused a heartbeat from robot f5000");
   EXPECT_FALSE(log.next_due());
   // Within the interval after a summary: into the next summary.
   EXPECT_FALSE(log.record("UnknownRobot", "again", t0 + 15s));

@@ -45,9 +45,10 @@ TEST(RobotSecret, TheTokenIsDecodedAndNothingElseIsKept) {
 // newline; the agent's --token-file drops it. The demo found a robot never
 // approved this way.
 TEST(RobotSecret, ATokenFromAFileIsTheSameTokenWithoutItsNewline) {
-  EXPECT_EQ(robot_secret_token(secret("k8s4r-robot-robot-1", "robot-1", "dG9rZW4K"), "robot-1"), "token");      // "token\n"
-  EXPECT_EQ(robot_secret_token(secret("k8s4r-robot-robot-1", "robot-1", "dG9rZW4NCg=="), "robot-1"), "token");  // "token\r\n"
-  EXPECT_FALSE(robot_secret_token(secret("k8s4r-robot-robot-1", "robot-1", "Cg=="), "robot-1"));               // "\n"
+  EXPECT_EQ(robot_secret_token(secret("k8s4r-robot-robot-1", "robot-1", "dG9rZW4K"), "robot-1"), "token");  // "token\n"
+  EXPECT_EQ(robot_secret_token(secret("k8s4r-robot-robot-1", "robot-1", "dG9rZW4NCg=="), "robot-1"),
+            "token");                                                                             // "token\r\n"
+  EXPECT_FALSE(robot_secret_token(secret("k8s4r-robot-robot-1", "robot-1", "Cg=="), "robot-1"));  // "\n"
 }
 
 }  // namespace

@@ -145,8 +145,8 @@ TEST_F(ConfigLoaderTest, ABoolIsASwitchAloneOrTakesItsValueAfterAnEqualsSign) {
     EXPECT_FALSE(sample.elect);
     EXPECT_TRUE(sample.legacy);
   }
-  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
-           {"--leader-elect=no"}, {"--leader-elect="}, {"--leader-elect", "maybe"}}) {
+  for (const std::vector<std::string>& bad :
+       std::vector<std::vector<std::string>>{{"--leader-elect=no"}, {"--leader-elect="}, {"--leader-elect", "maybe"}}) {
     Sample sample;
     auto outcome = load(sample, bad);
     EXPECT_FALSE(outcome.run) << bad.back();

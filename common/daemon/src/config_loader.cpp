@@ -29,16 +29,26 @@ std::string env_name(const std::string& setting_name) {
 
 const char* type_name(ValueType type) {
   switch (type) {
-    case ValueType::String: return "string";
-    case ValueType::Bool: return "bool";
-    case ValueType::Duration: return "duration";
-    case ValueType::Count: return "count";
-    case ValueType::HostPort: return "host:port";
-    case ValueType::Url: return "url";
-    case ValueType::Path: return "path";
-    case ValueType::KeyValues: return "k=v,...";
-    case ValueType::Level: return "level";
-    case ValueType::Choice: return "choice";
+    case ValueType::String:
+      return "string";
+    case ValueType::Bool:
+      return "bool";
+    case ValueType::Duration:
+      return "duration";
+    case ValueType::Count:
+      return "count";
+    case ValueType::HostPort:
+      return "host:port";
+    case ValueType::Url:
+      return "url";
+    case ValueType::Path:
+      return "path";
+    case ValueType::KeyValues:
+      return "k=v,...";
+    case ValueType::Level:
+      return "level";
+    case ValueType::Choice:
+      return "choice";
   }
   return "string";
 }
@@ -118,8 +128,8 @@ LoadOutcome load_settings(const Program& program, const std::vector<Setting>& se
       ->type_name("path");
   std::map<std::string, std::string> flags;
   for (const Setting& setting : settings) {
-    CLI::Option* option = app.add_option("--" + setting.name, flags[setting.name],
-                                         setting.help + " [" + env_name(setting.name) + "]");
+    CLI::Option* option =
+        app.add_option("--" + setting.name, flags[setting.name], setting.help + " [" + env_name(setting.name) + "]");
     option->type_name(type_name(setting.type));
     if (setting.type == ValueType::Bool) option->expected(0, 1);  // a switch; its value only after '='
   }
@@ -129,8 +139,8 @@ LoadOutcome load_settings(const Program& program, const std::vector<Setting>& se
     if (arg.size() > 3 && arg.rfind("--", 0) == 0 && arg.back() == '=') {
       const std::string name = arg.substr(2, arg.size() - 3);
       if (const Setting* setting = find(settings, name); setting && setting->type == ValueType::Bool)
-        return {false, program.name + ": --" + name + "=: needs true or false after '=' (or --" + name + " alone)\n",
-                2, ""};
+        return {false, program.name + ": --" + name + "=: needs true or false after '=' (or --" + name + " alone)\n", 2,
+                ""};
     }
   }
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 wants them reversed

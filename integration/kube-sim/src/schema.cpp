@@ -282,8 +282,8 @@ void validate(const json& schema, const json& value, const std::string& path, st
           shown_key = "map[string]interface {}{" + key + "}";
         }
         if (!seen.insert(key).second) {
-          errors.push_back({"FieldValueDuplicate", "Duplicate value: " + shown_key,
-                            path + "[" + std::to_string(i) + "]"});
+          errors.push_back(
+              {"FieldValueDuplicate", "Duplicate value: " + shown_key, path + "[" + std::to_string(i) + "]"});
         }
       }
     }
