@@ -216,15 +216,20 @@ class Run:
         return proc_status(self.agent.pid) + shims_memory_kib(self.agent.pid)
 
     def close(self):
-        self.agent.send_signal(signal.SIGTERM)
-        try:
-            self.agent.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.agent.kill()
-        self.client.loop_stop()
-        self.client.disconnect()
-        self.broker.terminate()
-        self.broker.wait()
+        stop_run(self.agent, self.client, self.broker, 120)
+
+
+def stop_run(agent, client, broker, agent_timeout):
+    """The agent stopped as systemd stops it (SIGTERM, then SIGKILL), then the bench's client and broker."""
+    agent.send_signal(signal.SIGTERM)
+    try:
+        agent.wait(timeout=agent_timeout)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+    client.loop_stop()
+    client.disconnect()
+    broker.terminate()
+    broker.wait()
 
 
 def percentile(values, share):

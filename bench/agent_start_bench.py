@@ -32,7 +32,7 @@ import time
 
 import paho.mqtt.client as mqtt
 
-from agent_daemon_bench import free_port, percentile, task, wait_until  # one copy of the helpers
+from agent_daemon_bench import free_port, percentile, stop_run, task, wait_until  # one copy of the helpers
 
 ROBOT = "bench-robot"
 
@@ -139,15 +139,7 @@ class Run:
         return lags, max(gaps) if gaps else 0.0
 
     def close(self):
-        self.agent.send_signal(signal.SIGTERM)
-        try:
-            self.agent.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.agent.kill()
-        self.client.loop_stop()
-        self.client.disconnect()
-        self.broker.terminate()
-        self.broker.wait()
+        stop_run(self.agent, self.client, self.broker, 60)
 
 
 def main():
