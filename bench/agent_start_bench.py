@@ -21,7 +21,6 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import socket
 import statistics
 import subprocess

@@ -122,7 +122,7 @@ class Bridge {
     daemon::EventLoop::TimerId list_timer = 0, relist_timer = 0;
   };
 
-  // bridge.cpp: the MQTT side, routing, refusals, readiness.
+  // bridge.cpp: the MQTT side, routing, readiness; refusals.cpp: refusals.
   void connect();
   void on_connected();
   void on_disconnected(const std::string& cause);
