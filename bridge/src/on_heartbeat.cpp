@@ -62,6 +62,7 @@ void Bridge::on_heartbeat(const Heartbeat& message, bool acknowledge) {
   const auto since = steady_now - memory.last_write;
   const bool changed = facts != memory.written;
   memory.unwritten = std::pair{message, std::move(facts)};
+  memory.unwritten_at = now();
   memory.unwritten->first.token.clear();  // never written, and 10,000 of them add up
   if (!memory.wrote || changed || since >= interval) {
     write_heartbeat(robot_id, !memory.wrote ? "first" : changed ? "changed" : "interval");
@@ -135,7 +136,11 @@ void Bridge::write_heartbeat(const std::string& robot_id, const char* reason) {
   }
   metrics_.add("k8s4r_bridge_heartbeat_writes_total", {{"reason", reason}});
   WriteRequest request;
-  request.status_patch = heartbeat_status_patch(message, *robot, now());
+  // Stamped with when it arrived, not when its slot came: a heartbeat the
+  // robot sent before a task started, written a while later (coalesced, or
+  // the bridge stalled), must not read as a newer one that leaves the task
+  // out (the manager would take the task for lost and run it again).
+  request.status_patch = heartbeat_status_patch(message, *robot, memory.unwritten_at);
   writer_->write(robot_ref(robot_id), std::move(request));
   spdlog::debug("robot {}: heartbeat written ({} running)", robot_id, message.running_tasks.size());
 }
