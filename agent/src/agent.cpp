@@ -145,6 +145,7 @@ struct Agent::Parts {
       return store->unconfirmed_ends(kMaxEndedTasksListed, more);
     };
     report.storage_error = [this] { return durability.storage_error(); };
+    report.knowledge = [this] { return RobotKnowledge{store->last_seq(), intake.newest_dispatch()}; };
     report.shortest_stop_window = [this] {
       std::optional<std::chrono::nanoseconds> shortest;
       for (const auto& [uid, task] : tasks) {

@@ -86,6 +86,10 @@ void DispatchIntake::on_dispatch(const std::string& payload) {
     return;
   }
   const Dispatch& dispatch = parsed.value();
+  // Taken once this call returns (the loop builds no heartbeat meanwhile):
+  // its task is held, answered or refused with a report.
+  if (dispatch.timestamp && (!newest_dispatch_ || *dispatch.timestamp > *newest_dispatch_))
+    newest_dispatch_ = dispatch.timestamp;
   const std::string& uid = dispatch.task.metadata.uid;
   auto known = tasks_.find(uid);
   if (known == tasks_.end() && retention_.recall(uid)) known = tasks_.find(uid);

@@ -26,11 +26,17 @@ class DispatchIntake {
 
   void on_dispatch(const std::string& payload);
 
+  // The timestamp of the newest dispatch taken (created, answered or
+  // stopped), which heartbeats echo as newestDispatch: the bridge stamps each
+  // one, so a heartbeat says which dispatches it was made after.
+  std::optional<Timestamp> newest_dispatch() const { return newest_dispatch_; }
+
  private:
   TaskTable& tasks_;
   StateStore& store_;
   TaskLifecycle& lifecycle_;
   Retention& retention_;
+  std::optional<Timestamp> newest_dispatch_;
 };
 
 // task.metadata.uid of a payload that did not parse, when it can be read

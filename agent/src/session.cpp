@@ -125,6 +125,7 @@ void Session::send_register() {
   message.device_info = collect_device_info();
   message.timestamp = loop_.clock().wall();
   message.running_tasks = report_.held_tasks();
+  if (report_.knowledge) message.knows = report_.knowledge();
   const std::string topic =
       config_.legacy_topics ? std::string(topics::kRegister) : topics::robot_register(config_.robot_id).value();
   link_.publish(topic, encode(message), 1, false, [](bool ok, const std::string& error) {
@@ -147,6 +148,7 @@ void Session::send_heartbeat() {
   beat.running_tasks = report_.running_tasks();
   if (report_.ended_tasks) beat.ended_tasks = report_.ended_tasks(beat.ended_tasks_truncated);
   beat.storage_error = report_.storage_error();
+  if (report_.knowledge) beat.knows = report_.knowledge();
   const std::string topic =
       config_.legacy_topics ? std::string(topics::kHeartbeat) : topics::robot_heartbeat(config_.robot_id).value();
   link_.publish(topic, encode(beat), 1, false, [this, generation = generation_](bool ok, const std::string& error) {

@@ -30,6 +30,9 @@ struct RobotReport {
   // Heartbeat's endedTasks (and whether there were more than it lists).
   std::function<std::vector<RunningTask>(bool& more)> ended_tasks;
   std::function<std::optional<StorageError>()> storage_error;
+  // What the robot had seen when it made the list (the newest report seq
+  // drawn, the newest dispatch taken), sent beside it.
+  std::function<RobotKnowledge()> knowledge;
   // The shortest disconnect window (disconnect.stopOnRobotAfter) of the
   // tasks it runs, if any has one: the heartbeat comes at least four times
   // in it, so the bridge's answers keep the robot in contact.

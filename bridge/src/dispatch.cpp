@@ -116,7 +116,10 @@ void Bridge::schedule_resend(const std::string& uid, const std::string& name, st
 
 void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
   const crd::TaskView view = crd::read_task(*task);
-  auto payload = dispatch_create_payload(*task);
+  // Its status.dispatchedAt and the message's timestamp, to the microsecond
+  // both: the robot's heartbeats echo it once it has the Task.
+  const Timestamp sent_at = std::chrono::floor<std::chrono::microseconds>(now());
+  auto payload = dispatch_create_payload(*task, sent_at);
   if (!payload) {
     refuse("task " + view.name, payload.error(), view.target_robot, view.uid);
     // The operator learns why in the Task itself.
@@ -139,7 +142,7 @@ void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
   spdlog::info("{} task {} ({}) to robot {}", resend ? "resending" : "dispatching", view.name, view.uid,
                view.target_robot);
   const std::string uid = view.uid, name = view.name;
-  publish(topic.value(), payload.value(), [this, uid, name, started](bool ok) {
+  publish(topic.value(), payload.value(), [this, uid, name, started, sent_at](bool ok) {
     auto found = task_memory_.find(uid);
     if (found == task_memory_.end()) return;  // deleted meanwhile; on_task_deleted stopped it
     TaskMemory& sent = found->second;
@@ -155,7 +158,7 @@ void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
                      std::chrono::duration<double>(loop_.clock().steady() - started).count());
     WriteRequest request;
     request.finalizer = true;
-    request.status_patch = {{"status", {{"dispatchedAt", format_rfc3339(now(), TimePrecision::microseconds)}}}};
+    request.status_patch = {{"status", {{"dispatchedAt", format_rfc3339(sent_at, TimePrecision::microseconds)}}}};
     writer_->write(task_ref(name), std::move(request));
     schedule_resend(uid, name, config_.dispatch_resend_after);
   });
@@ -173,7 +176,7 @@ void Bridge::resync_robot(const std::string& robot_id) {
     const auto memory = task_memory_.find(view.uid);
     const auto state = memory != task_memory_.end() ? memory->second.applied.state_or(view) : view.state;
     if (view.deleting || state != crd::TaskState::running) continue;  // dispatching has its own resend
-    auto payload = dispatch_create_payload(*task);
+    auto payload = dispatch_create_payload(*task, this->now());
     auto topic = topics::dispatch(view.target_robot);
     if (!payload || !topic) continue;  // refused when it was first dispatched
     metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "resync"}});

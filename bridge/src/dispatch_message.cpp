@@ -26,15 +26,16 @@ json identity(const json& task) {
 
 }  // namespace
 
-Decision<std::string> dispatch_create_payload(const json& task) {
+Decision<std::string> dispatch_create_payload(const json& task, std::optional<Timestamp> sent_at) {
   const crd::TaskView view = crd::read_task(task);
   if (view.target_robot.empty()) return Refusal{"InvalidTask", "spec.targetRobot is not set"};
-  const json message = {{"action", "create"},
-                        {"task",
-                         {{"apiVersion", text_or(task, "apiVersion", crd::kApiVersion)},
-                          {"kind", text_or(task, "kind", "Task")},
-                          {"metadata", identity(task)},
-                          {"spec", task.contains("spec") ? task["spec"] : json::object()}}}};
+  json message = {{"action", "create"},
+                  {"task",
+                   {{"apiVersion", text_or(task, "apiVersion", crd::kApiVersion)},
+                    {"kind", text_or(task, "kind", "Task")},
+                    {"metadata", identity(task)},
+                    {"spec", task.contains("spec") ? task["spec"] : json::object()}}}};
+  if (sent_at) message["timestamp"] = format_rfc3339(*sent_at, TimePrecision::as_needed);
   std::string payload = message.dump();
   // The agent's own codec: what it would refuse is refused here, in its words.
   if (auto checked = parse_dispatch(payload); !checked) {

@@ -105,18 +105,40 @@ json register_spec_patch(const Register& message, const json& robot) {
   return {{"spec", {{"labels", message.labels}}}};
 }
 
+namespace {
+
+// What the robot had seen when it made the list of tasks written beside it
+// (docs/protocol.md#heartbeat); null (removed) when it does not say, so a Go
+// K8s4r agent that replaces ours is not judged by our agent's figures.
+void put_knowledge(json& status, const RobotKnowledge& knows) {
+  status["reportSeq"] = knows.report_seq ? json(*knows.report_seq) : json(nullptr);
+  status["newestDispatch"] =
+      knows.newest_dispatch ? json(format_rfc3339(*knows.newest_dispatch, TimePrecision::as_needed)) : json(nullptr);
+}
+
+}  // namespace
+
 json register_status_patch(const Register& message, const json* robot, Timestamp now) {
   json status = {{"lastHeartbeatTime", format_rfc3339(now)}, {"connected", true}};
   if (!robot || !crd::read_robot(*robot).phase) status["phase"] = crd::to_string(crd::RobotPhase::pending);
   if (!message.agent_version.empty()) status["agentVersion"] = message.agent_version;
   if (message.device_info) status["deviceInfo"] = to_json_value(*message.device_info);
   if (!message.token.empty()) status["tokenDigest"] = crd::token_digest(message.token);
-  std::vector<std::string> running;
+  std::vector<std::string> running, ended;
   for (const RunningTask& task : message.running_tasks) {
-    if (task.state == TaskRunState::running) running.push_back(task.task_uid);
+    (task.state == TaskRunState::running ? running : ended).push_back(task.task_uid);
   }
   // Absent when the agent does not list them (Go K8s4r): unknown, not none.
   status["runningTasks"] = message.lists_running_tasks ? running_uids(std::move(running)) : json(nullptr);
+  if (message.knows.report_seq) {
+    // What it holds ended is ended on the robot, as a heartbeat would say:
+    // judged by its reportSeq, a task it holds is never missing from it.
+    const bool truncated = ended.size() > kMaxEndedTasksListed;
+    if (truncated) ended.resize(kMaxEndedTasksListed);
+    status["endedTasks"] = ended.empty() ? json(nullptr) : running_uids(std::move(ended));
+    status["endedTasksTruncated"] = truncated ? json(true) : json(nullptr);
+  }
+  put_knowledge(status, message.knows);
   status["conditions"] = crd::set_condition(robot ? *robot : json::object(), connected_condition(true), now);
   return {{"status", status}};
 }
@@ -173,6 +195,7 @@ json heartbeat_status_patch(const Heartbeat& message, const json& robot, Timesta
   for (const RunningTask& task : message.ended_tasks) ended.push_back(task.task_uid);
   status["endedTasks"] = ended.empty() ? json(nullptr) : running_uids(std::move(ended));
   status["endedTasksTruncated"] = message.ended_tasks_truncated ? json(true) : json(nullptr);
+  put_knowledge(status, message.knows);
   if (message.device_info) status["deviceInfo"] = to_json_value(*message.device_info);
   // Conditions are one list in a merge patch: each change goes onto the
   // list the one before made.

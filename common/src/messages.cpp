@@ -352,6 +352,17 @@ std::string_view to_string(ReportResult result) { return name_of(kReportResults,
 
 // ---- parse -------------------------------------------------------------------------
 
+namespace {
+
+RobotKnowledge read_robot_knowledge(ObjectReader& r) {
+  RobotKnowledge knows;
+  knows.report_seq = r.optional_integer("reportSeq", 0);
+  knows.newest_dispatch = r.optional_time("newestDispatch");
+  return knows;
+}
+
+}  // namespace
+
 Result<Register> parse_register(std::string_view payload) {
   return detail::read_payload<Register>(payload, kMaxPayloadBytes, [](ObjectReader& r) {
     Register message;
@@ -364,6 +375,7 @@ Result<Register> parse_register(std::string_view payload) {
     r.optional_object_array("runningTasks",
                             [&](ObjectReader& t) { message.running_tasks.push_back(read_running_task(t, false)); });
     message.timestamp = r.optional_time("timestamp");
+    message.knows = read_robot_knowledge(r);
     return message;
   });
 }
@@ -382,6 +394,7 @@ Result<Heartbeat> parse_heartbeat(std::string_view payload) {
     message.ended_tasks_truncated = r.optional_bool("endedTasksTruncated").value_or(false);
     message.device_info = read_optional_device_info(r);
     message.storage_error = read_optional_storage_error(r);
+    message.knows = read_robot_knowledge(r);
     return message;
   });
 }
@@ -425,6 +438,7 @@ Result<Dispatch> parse_dispatch(std::string_view payload) {
         task.optional_object("spec", read_spec);
       }
     });
+    message.timestamp = r.optional_time("timestamp");
     return message;
   });
 }
@@ -508,6 +522,11 @@ std::string dump(const json& value) { return value.dump(-1, ' ', false, json::er
 
 namespace {
 
+void put_robot_knowledge(json& j, const RobotKnowledge& knows) {
+  put_optional(j, "reportSeq", knows.report_seq);
+  put_time(j, "newestDispatch", knows.newest_dispatch);
+}
+
 json running_tasks_json(const std::vector<RunningTask>& tasks) {
   json out = json::array();
   for (const RunningTask& task : tasks) {
@@ -534,6 +553,7 @@ json to_json_value(const Register& message) {
     j["runningTasks"] = running_tasks_json(message.running_tasks);
   }
   put_time(j, "timestamp", message.timestamp);
+  put_robot_knowledge(j, message.knows);
   return j;
 }
 
@@ -548,6 +568,7 @@ json to_json_value(const Heartbeat& message) {
   if (message.ended_tasks_truncated) j["endedTasksTruncated"] = true;
   if (message.device_info) j["deviceInfo"] = device_info_json(*message.device_info);
   put_storage_error(j, message.storage_error);
+  put_robot_knowledge(j, message.knows);
   return j;
 }
 
@@ -569,7 +590,9 @@ json to_json_value(const Dispatch& message) {
   put_string(task, "kind", message.task.kind);
   task["metadata"] = std::move(metadata);
   if (message.task.spec) task["spec"] = task_spec_json(*message.task.spec);
-  return {{"action", to_string(message.action)}, {"task", std::move(task)}};
+  json j = {{"action", to_string(message.action)}, {"task", std::move(task)}};
+  put_time(j, "timestamp", message.timestamp);
+  return j;
 }
 
 json to_json_value(const TaskStatus& message) {

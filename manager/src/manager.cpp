@@ -156,7 +156,8 @@ void Manager::add_handlers() {
     const bool fit_changed =
         !old_robot || differs({"status", "phase"}) || differs({"spec", "labels"}) || differs({"status", "deviceInfo"});
     const bool tasks_changed = fit_changed || differs({"status", "runningTasks"}) ||
-                               differs({"status", "endedTasks"}) || differs({"status", "lastHeartbeatTime"});
+                               differs({"status", "endedTasks"}) || differs({"status", "lastHeartbeatTime"}) ||
+                               differs({"status", "reportSeq"}) || differs({"status", "newestDispatch"});
     if (tasks_changed) enqueue_groups_on_robot(key_of(*robot), fit_changed);
     if (fit_changed) enqueue_waiting_groups();
   };

@@ -20,6 +20,18 @@ bool robot_holds(const json& robot, const std::string& task_uid) {
   return false;
 }
 
+namespace {
+
+// The robot's report counter when it made the list of tasks its status
+// holds (status.reportSeq); absent from Go K8s4r agents.
+std::optional<std::int64_t> report_seq_of(const json& robot) {
+  const json& seq = crd::value_at(robot, {"status", "reportSeq"});
+  if (!seq.is_number_integer()) return std::nullopt;
+  return seq.get<std::int64_t>();
+}
+
+}  // namespace
+
 std::optional<nanoseconds> lost_after(const json& task, const LivenessInputs& in) {
   const json& disconnect = crd::value_at(task, {"spec", "disconnect"});
   const auto duration = [&](const json& value) -> std::optional<nanoseconds> {
@@ -73,7 +85,12 @@ Liveness judge_liveness(const json& task, const LivenessInputs& in) {
     // has left it out for the grace.
     const json& listed = crd::value_at(robot, {"status", "runningTasks"});
     const auto heartbeat = crd::timestamp_at(robot, {"status", "lastHeartbeatTime"});
-    if (!listed.is_array() || !heartbeat || robot_holds(robot, t.uid)) {
+    // A list the robot made before the report that says it runs the task
+    // says nothing of it, however late it was written: the bridge or the
+    // broker may hold a heartbeat a while (docs/manager.md#lost-tasks).
+    const auto made_after = report_seq_of(robot);
+    const bool says_nothing = made_after && t.status_seq && *made_after < *t.status_seq;
+    if (!listed.is_array() || !heartbeat || says_nothing || robot_holds(robot, t.uid)) {
       if (in.missing_since) verdict.missing_since = std::optional<Timestamp>();
       return verdict;
     }
@@ -110,7 +127,20 @@ Liveness judge_liveness(const json& task, const LivenessInputs& in) {
   }
   const auto heartbeat = crd::timestamp_at(robot, {"status", "lastHeartbeatTime"});
   const bool lists_tasks = crd::value_at(robot, {"status", "runningTasks"}).is_array();
-  if (lists_tasks && heartbeat && *heartbeat > *since && !robot_holds(robot, t.uid)) {
+  // Shown not to have it by a list made once the robot had this dispatch:
+  // with our agent, a list beside which it echoes this dispatch (or a later
+  // one) as newestDispatch, however late it was written; with a Go K8s4r
+  // agent, which says nothing of the kind, a list written after the dispatch.
+  bool shown_without = false;
+  if (lists_tasks && heartbeat && !robot_holds(robot, t.uid)) {
+    if (report_seq_of(robot)) {
+      const auto newest = crd::timestamp_at(robot, {"status", "newestDispatch"});
+      shown_without = newest && *newest >= *since;
+    } else {
+      shown_without = *heartbeat > *since;
+    }
+  }
+  if (shown_without) {
     verdict.lost = "its robot " + t.target_robot + " did not start it within " +
                    format_go_duration(in.dispatch_timeout) + " of its dispatch at " + format_rfc3339(*since) +
                    " (its heartbeat at " + format_rfc3339(*heartbeat) + " does not list it)";

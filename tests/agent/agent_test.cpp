@@ -475,6 +475,52 @@ TEST_F(AgentTest, HeartbeatsKeepTheirIntervalAndListTheRunningTasks) {
   EXPECT_TRUE(heartbeats()[3].running_tasks.empty());
 }
 
+TEST_F(AgentTest, EveryListOfTasksSaysWhatTheRobotHadSeenWhenItWasMade) {
+  // A heartbeat may be written long after it was made (held in the broker or
+  // a stalled bridge): beside its list it says the newest report seq drawn
+  // and the newest dispatch taken, so the manager judges the list by those.
+  connect();
+  ASSERT_EQ(heartbeats().size(), 1u);
+  EXPECT_EQ(heartbeats()[0].knows.report_seq, 0);
+  EXPECT_EQ(heartbeats()[0].knows.newest_dispatch, std::nullopt);  // none taken yet
+
+  const Timestamp sent = parse_rfc3339("2026-11-22T01:30:00.012345Z").value();
+  link_->events.message(
+      "k8s4r/robots/robot-1/tasks/dispatch",
+      R"({"action":"create","timestamp":"2026-11-22T01:30:00.012345Z","task":{"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task","metadata":{"name":"t","uid":"t-5"},"spec":{"name":"t","driver":"exec","config":{"execConfig":{"command":"/bin/true"}}}}})");
+  settle();
+  advance(10s);  // taken, not started yet: listed, and the dispatch echoed
+  ASSERT_EQ(heartbeats().size(), 2u);
+  EXPECT_EQ(heartbeats()[1].running_tasks, std::vector<std::string>{"t-5"});
+  EXPECT_EQ(heartbeats()[1].knows.newest_dispatch, sent);
+  EXPECT_EQ(heartbeats()[1].knows.report_seq, 0);
+
+  runner_->start_ok("t-5");
+  settle();
+  const std::int64_t running_seq = reports_for("t-5").back().seq.value();
+  advance(10s);
+  ASSERT_EQ(heartbeats().size(), 3u);
+  EXPECT_EQ(heartbeats()[2].knows.report_seq, running_seq);  // made after the running report
+  // An older dispatch arriving late (a resend overtaken) does not move it back.
+  dispatch("t-5");
+  link_->events.message("k8s4r/robots/robot-1/tasks/dispatch",
+                        R"({"action":"delete","timestamp":"2026-11-22T01:29:00Z","task":{"metadata":{"uid":"t-9"}}})");
+  settle();
+  advance(10s);
+  EXPECT_EQ(heartbeats().back().knows.newest_dispatch, sent);
+
+  // The counter is durable: a restarted agent registers with it, never lower.
+  const pid_t pid = runner_->next_pid - 1;
+  agent_.reset();
+  make_agent();
+  runner_->alive.insert(pid);
+  connect();
+  const auto registers = link_->on("/register");
+  ASSERT_FALSE(registers.empty());
+  EXPECT_GE(parse_register(registers.back()->payload).value().knows.report_seq, running_seq);
+  EXPECT_GE(heartbeats().back().knows.report_seq, running_seq);
+}
+
 TEST_F(AgentTest, ATaskWithAShortDisconnectWindowIsHeartbeatedForFourTimesInIt) {
   // The robot hears from the bridge when a heartbeat is answered: with a 10 s
   // interval, a task allowed 8 s without word would be stopped while in contact.

@@ -78,6 +78,26 @@ TEST(RobotPatches, ARegisterMakesAPendingRobotWithTheTokensDigestOnly) {
   EXPECT_EQ(patch.dump().find(message.token), std::string::npos) << "the token itself must never be written";
 }
 
+TEST(RobotPatches, WhatTheRobotHadSeenIsWrittenBesideItsListAndRemovedWhenItSaysNothing) {
+  const Heartbeat beat = parse_heartbeat(example("heartbeat/valid-with-tasks.json")).value();
+  json robot = {{"status", {{"connected", true}}}};
+  robot.merge_patch(heartbeat_status_patch(beat, robot, kNow));
+  EXPECT_EQ(robot["status"]["reportSeq"], 1);
+  EXPECT_EQ(robot["status"]["newestDispatch"], "2026-11-22T01:30:00.012345Z");  // to the microsecond, as sent
+  // A register after an agent's restart says the same, and what it holds
+  // ended is written as ended, so no task it holds reads as missing.
+  const Register again = parse_register(example("register/valid-after-restart-with-tasks.json")).value();
+  robot.merge_patch(register_status_patch(again, &robot, kNow));
+  EXPECT_EQ(robot["status"]["reportSeq"], 5);
+  EXPECT_FALSE(robot["status"].contains("newestDispatch"));  // none taken since it started
+  EXPECT_EQ(robot["status"]["runningTasks"], json::array({"5b0e7c1a-3f9d-4e21-9a77-0c2d4b6e8f10"}));
+  EXPECT_EQ(robot["status"]["endedTasks"], json::array({"8c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f"}));
+  // A Go K8s4r agent in its place says nothing of the kind: the figures go.
+  robot.merge_patch(
+      heartbeat_status_patch(parse_heartbeat(example("heartbeat/valid-go-k8s4r-agent.json")).value(), robot, kNow));
+  EXPECT_FALSE(robot["status"].contains("reportSeq"));
+}
+
 TEST(RobotPatches, ARegisterKeepsThePhaseAndTheOperatorsLabels) {
   const Register message = parse_register(example("register/valid-agent-start.json")).value();
   const json robot = {{"spec", {{"labels", {{"zone", "operator-set"}}}}}, {"status", {{"phase", "Online"}}}};

@@ -44,7 +44,7 @@ json task_of(const json& group, const json& entry) {
     if (entry.contains("robot")) task["spec"]["targetRobot"] = entry["robot"];
     json status = json::object();
     if (entry.contains("state")) status["state"] = entry["state"];
-    for (const char* field : {"dispatchedAt", "finishedAt", "reason"}) {
+    for (const char* field : {"dispatchedAt", "finishedAt", "reason", "statusSeq"}) {
       if (entry.contains(field)) status[field] = entry[field];
     }
     task["status"] = status;
@@ -63,6 +63,8 @@ json robot_of(const std::string& name, const json& entry) {
   if (entry.contains("heartbeat")) robot["status"]["lastHeartbeatTime"] = entry["heartbeat"];
   if (entry.contains("ended")) robot["status"]["endedTasks"] = entry["ended"];
   if (entry.contains("endedTruncated")) robot["status"]["endedTasksTruncated"] = entry["endedTruncated"];
+  if (entry.contains("reportSeq")) robot["status"]["reportSeq"] = entry["reportSeq"];
+  if (entry.contains("newestDispatch")) robot["status"]["newestDispatch"] = entry["newestDispatch"];
   if (entry.contains("message")) robot["status"]["message"] = entry["message"];
   return robot;
 }

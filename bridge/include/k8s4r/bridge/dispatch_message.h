@@ -6,16 +6,21 @@
 #pragma once
 
 #include "k8s4r/bridge/refusal.h"
+#include "k8s4r/common/rfc3339.h"
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 
 namespace k8s4r::bridge {
 
 // Refused with reason InvalidTask (no targetRobot, a spec the agent cannot
-// run, a message over the payload limit).
-Decision<std::string> dispatch_create_payload(const nlohmann::json& task);
+// run, a message over the payload limit). `sent_at` becomes its timestamp,
+// the Task's status.dispatchedAt, which the robot's heartbeats echo as
+// newestDispatch once it has taken it.
+Decision<std::string> dispatch_create_payload(const nlohmann::json& task,
+                                              std::optional<Timestamp> sent_at = std::nullopt);
 std::string dispatch_delete_payload(const nlohmann::json& task);
 
 }  // namespace k8s4r::bridge

@@ -84,6 +84,21 @@ struct RunningTask {
 };
 
 // k8s4r/register, agent -> bridge, QoS 1.
+// What a robot's register or heartbeat had seen when the robot made it, so
+// the manager judges its list of tasks by what the robot knew then, not by
+// when the bridge happened to write it (a heartbeat delayed in the broker or
+// the bridge must not read as a newer one that leaves a task out). Absent
+// from Go K8s4r agents.
+struct RobotKnowledge {
+  // The newest TaskStatus seq the agent had drawn: a running Task whose seq
+  // is at most this, and which the list leaves out, is not on the robot.
+  std::optional<std::int64_t> report_seq;
+  // The timestamp of the newest dispatch the agent had taken: a dispatched
+  // Task sent no later than this, and left out, is not on the robot.
+  std::optional<Timestamp> newest_dispatch;
+  bool operator==(const RobotKnowledge&) const = default;
+};
+
 struct Register {
   std::string robot_id;
   std::string token;
@@ -95,6 +110,7 @@ struct Register {
   // none): only then does a task missing from it mean the robot lost it.
   bool lists_running_tasks = true;
   std::optional<Timestamp> timestamp;  // absent from Go K8s4r agents
+  RobotKnowledge knows;                // absent from Go K8s4r agents
   bool operator==(const Register&) const = default;
 };
 
@@ -126,6 +142,7 @@ struct Heartbeat {
   bool ended_tasks_truncated = false;
   std::optional<DeviceInfo> device_info;  // Go K8s4r agents send it on every beat
   std::optional<StorageError> storage_error;
+  RobotKnowledge knows;
   bool operator==(const Heartbeat&) const = default;
 };
 
@@ -220,6 +237,10 @@ std::string_view to_string(DispatchAction action);  // "create", "delete"
 struct Dispatch {
   DispatchAction action = DispatchAction::create;
   DispatchedTask task;
+  // When the bridge sent it (the Task's status.dispatchedAt); the robot
+  // echoes the newest it has taken as newestDispatch. Absent from a Go K8s4r
+  // server.
+  std::optional<Timestamp> timestamp;
   bool operator==(const Dispatch&) const = default;
 };
 
