@@ -2,6 +2,7 @@
 manager deciding (robot approval and liveness, placement, rescheduling), judged with kubectl."""
 import threading
 import time
+from datetime import datetime
 
 from conftest import Broker, Observer
 from manager_support import (BridgeProcess, apply, bridge, broker, create_robot_secret, get, group,  # noqa: F401
@@ -234,6 +235,114 @@ def test_a_task_its_robot_stops_listing_is_lost_replaced_and_stopped_there(sim, 
         assert again["task"]["metadata"]["uid"] != uid
     finally:
         stop.set()
+        robot.close()
+
+
+class ScriptedRobot:
+    """A robot scripted on the wire, as k8s4r-agent speaks, heartbeating every 0.3 s whatever `beat` holds: the
+    heartbeat it would have made at some moment, which the test may keep stale, as a broker's queue or a stalled
+    bridge delivers heartbeats made long before."""
+
+    def __init__(self, sim, broker, name):
+        broker.add_robot(name, "t")
+        create_robot_secret(sim, name, "t")
+        self.name = name
+        self.wire = Observer(broker, topics=(f"k8s4r/robots/{name}/#",), client_id=name, username=name, password="t")
+        self.beat = {"robotId": name, "runningTasks": [], "reportSeq": 0}
+        self.echo_dispatches = False  # echo the newest dispatch taken, as k8s4r-agent does
+        self._stop = threading.Event()
+        self.wire.publish(f"k8s4r/robots/{name}/register", {"robotId": name, "token": "t", "agentVersion": "scripted",
+                                                            "runningTasks": [], "reportSeq": 0})
+        self.wire.wait_for(f"k8s4r/robots/{name}/response", lambda m: m["success"])
+        self._thread = threading.Thread(target=self._heartbeats, daemon=True)
+        self._thread.start()
+        wait_until(lambda: robot_phase(sim, name) == "Online", 20, f"{name} to be Online")
+
+    def _heartbeats(self):
+        while not self._stop.wait(0.3):
+            beat = dict(self.beat)
+            if self.echo_dispatches:
+                sent = [m["timestamp"] for m in self.wire.json_on(f"k8s4r/robots/{self.name}/tasks/dispatch")]
+                beat["newestDispatch"] = max(sent, key=instant)
+            self.wire.publish(f"k8s4r/robots/{self.name}/heartbeat", beat)
+
+    def next_create(self, timeout=30):
+        return self.wire.wait_for(f"k8s4r/robots/{self.name}/tasks/dispatch", lambda m: m["action"] == "create",
+                                  timeout)
+
+    def report_running(self, uid, seq):
+        self.wire.publish(f"k8s4r/robots/{self.name}/tasks/{uid}/status",
+                          {"taskUid": uid, "robotId": self.name, "state": "running", "event": "Started", "seq": seq,
+                           "startedAt": "2026-11-26T00:00:00Z", "restartCount": 0})
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(5)
+        self.wire.close()
+
+
+def instant(rfc3339):
+    """An RFC 3339 time as a datetime, whatever its fraction's digits."""
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
+
+
+def still_for(seconds, condition):
+    """Whether `condition` holds at every look for `seconds` (the side-effect check of a thing that must not
+    happen: here, a manager taking a task for lost)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not condition():
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_a_heartbeat_made_before_a_task_started_never_makes_it_lost_however_late_it_arrives(
+        sim, broker, bridge, manager_factory):
+    """A heartbeat can reach the API long after its robot made it (held in the broker, or in a stopped bridge),
+    after the report that a task started: judged by when it was written it leaves the task out, and the task ran
+    twice (the chaos suite caught it). The robot says what it had seen (reportSeq), so such a heartbeat says
+    nothing of the task, for three times --disconnect-grace; one made after the start that leaves it out does."""
+    manager_factory().start()
+    robot = ScriptedRobot(sim, broker, "robot-l")
+    try:
+        apply(sim, job("late", [group("g", 1, "sleep 300", reschedulePolicy={"delay": "1s"})]))
+        sent = robot.next_create()
+        uid, name = sent["task"]["metadata"]["uid"], sent["task"]["metadata"]["name"]
+        robot.report_running(uid, seq=1)
+        wait_until(lambda: get(sim, "rtask", name)["status"].get("state") == "running", 20, "the task to run")
+        # Heartbeats made before the start keep arriving: reportSeq 0 < the running report's 1.
+        assert still_for(9, lambda: get(sim, "rtask", name)["status"].get("state") == "running"), \
+            get(sim, "rtask", name)["status"]
+        assert [t["metadata"]["name"] for t in tasks_of_job(sim, "late")] == [name], "no replacement"
+        # One made after it, without it: the robot has lost it.
+        robot.beat = {"robotId": "robot-l", "runningTasks": [], "reportSeq": 1}
+        wait_until(lambda: get(sim, "rtask", name)["status"].get("reason") == "Lost", 20, "the task to be lost")
+    finally:
+        robot.close()
+
+
+def test_a_dispatch_is_lost_only_by_a_heartbeat_made_once_the_robot_had_it(sim, broker, bridge, manager_factory):
+    """A dispatched Task never reported is lost after --dispatch-timeout only when its robot has shown it does not
+    have it: by a heartbeat that echoes that dispatch's timestamp (newestDispatch), not by one merely written later.
+    """
+    manager_factory().start()
+    robot = ScriptedRobot(sim, broker, "robot-d")
+    try:
+        robot.beat["newestDispatch"] = "2026-11-26T00:00:00Z"  # an older dispatch: made before this one came
+        apply(sim, job("unheard", [group("g", 1, "sleep 300", reschedulePolicy={"delay": "1s"})]))
+        sent = robot.next_create()
+        name = sent["task"]["metadata"]["name"]
+        # Each send (the bridge here resends every 2 s) carries its time, which the Task records.
+        wait_until(lambda: instant(get(sim, "rtask", name)["status"].get("dispatchedAt", "1970-01-01T00:00:00Z"))
+                   == instant(sent["timestamp"]), 10, "dispatchedAt to be the first send's timestamp")
+        # Past the 10 s dispatch timeout, heartbeats made before the dispatch came say nothing.
+        assert still_for(13, lambda: get(sim, "rtask", name)["status"].get("state") == "dispatching"), \
+            get(sim, "rtask", name)["status"]
+        robot.echo_dispatches = True  # made once it had taken it, and without it
+        wait_until(lambda: get(sim, "rtask", name)["status"].get("reason") == "Lost", 20, "the task to be lost")
+        assert "did not start it" in get(sim, "rtask", name)["status"]["message"]
+    finally:
         robot.close()
 
 

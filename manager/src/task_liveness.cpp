@@ -106,13 +106,14 @@ Liveness judge_liveness(const json& task, const LivenessInputs& in) {
   }
   if (t.state && *t.state != crd::TaskState::dispatching && *t.state != crd::TaskState::pending) return verdict;
   // Dispatched (or about to be) and never reported: lost only once the
-  // robot has shown it does not have it, by a heartbeat after the dispatch
-  // that does not list it. A robot that has it is never given a twin.
-  std::optional<Timestamp> since = t.dispatched_at;
-  if (!since) {
-    const std::string at = crd::string_at(task, {"metadata", "annotations", kScheduledAtAnnotation});
-    if (auto parsed = parse_rfc3339(at)) since = parsed.value();
-  }
+  // robot has shown it does not have it, by a list of tasks made after it
+  // had the dispatch. A robot that has it is never given a twin. The timeout
+  // counts from the first send (the placement's scheduled-at; the bridge's
+  // dispatchedAt moves on with every resend).
+  std::optional<Timestamp> since;
+  const std::string scheduled = crd::string_at(task, {"metadata", "annotations", kScheduledAtAnnotation});
+  if (auto parsed = parse_rfc3339(scheduled)) since = parsed.value();
+  if (t.dispatched_at && (!since || *t.dispatched_at < *since)) since = t.dispatched_at;
   if (!since && t.state == crd::TaskState::dispatching) {
     // Set dispatching by someone else, and not sent yet: from when this
     // manager first saw it so.
@@ -127,17 +128,19 @@ Liveness judge_liveness(const json& task, const LivenessInputs& in) {
   }
   const auto heartbeat = crd::timestamp_at(robot, {"status", "lastHeartbeatTime"});
   const bool lists_tasks = crd::value_at(robot, {"status", "runningTasks"}).is_array();
-  // Shown not to have it by a list made once the robot had this dispatch:
-  // with our agent, a list beside which it echoes this dispatch (or a later
-  // one) as newestDispatch, however late it was written; with a Go K8s4r
-  // agent, which says nothing of the kind, a list written after the dispatch.
+  // Its latest send: the robot has it once it has taken that dispatch.
+  const Timestamp sent = t.dispatched_at.value_or(*since);
+  // Shown not to have it by a list made once the robot had taken its latest
+  // send: with our agent, a list beside which it echoes that dispatch (or a
+  // later one) as newestDispatch, however late the list was written; with an
+  // agent that does not say (an older k8s4r-agent), a list written after it.
   bool shown_without = false;
   if (lists_tasks && heartbeat && !robot_holds(robot, t.uid)) {
     if (report_seq_of(robot)) {
       const auto newest = crd::timestamp_at(robot, {"status", "newestDispatch"});
-      shown_without = newest && *newest >= *since;
+      shown_without = newest && *newest >= sent;
     } else {
-      shown_without = *heartbeat > *since;
+      shown_without = *heartbeat > sent;
     }
   }
   if (shown_without) {

@@ -42,6 +42,8 @@ json task_of(const json& group, const json& entry) {
     task["metadata"]["resourceVersion"] = "7";
     task["metadata"]["creationTimestamp"] = entry.value("created", "2026-11-22T01:00:00Z");
     if (entry.contains("robot")) task["spec"]["targetRobot"] = entry["robot"];
+    if (entry.contains("scheduledAt"))
+      task["metadata"]["annotations"]["robot.k8s4r.io/scheduled-at"] = entry["scheduledAt"];
     json status = json::object();
     if (entry.contains("state")) status["state"] = entry["state"];
     for (const char* field : {"dispatchedAt", "finishedAt", "reason", "statusSeq"}) {
