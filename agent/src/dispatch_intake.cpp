@@ -119,6 +119,13 @@ void DispatchIntake::on_dispatch(const std::string& payload) {
     retention_.prune();  // a task recalled from the store goes back to it
     return;
   }
+  if (dispatch.reported_seq) {
+    // This robot reported on it (the bridge says) and has no record of it:
+    // its state was lost. Whatever became of the run, it is not run again.
+    store_.raise_last_seq(*dispatch.reported_seq);
+    lifecycle_.state_lost(uid, *dispatch.reported_seq);
+    return;
+  }
   lifecycle_.create(dispatch);
 }
 

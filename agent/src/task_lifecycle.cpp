@@ -56,6 +56,16 @@ void TaskLifecycle::cancel_unarrived(const std::string& uid) {
   finish(task, failure("Cancelled", "Refused", "deleted before its dispatch arrived on this robot; never started"));
 }
 
+void TaskLifecycle::state_lost(const std::string& uid, std::int64_t reported_seq) {
+  AgentTask& task = tasks_[uid];
+  task.uid = uid;
+  const std::string why = "this robot reported on the task (seq " + std::to_string(reported_seq) +
+                          ") but holds no record of it: its state was lost (wiped, or restored from an older "
+                          "copy); how the run ended is unknown, and it is not run again";
+  spdlog::error("task {}: {}", uid, why);
+  finish(task, failure("StateLost", "Refused", why));
+}
+
 void TaskLifecycle::create(const Dispatch& dispatch) {
   const std::string& uid = dispatch.task.metadata.uid;
   AgentTask& task = tasks_[uid];

@@ -57,6 +57,10 @@ class TaskLifecycle {
   // and remembered as finished, so the create, when it comes, is answered
   // with that report instead of run.
   void cancel_unarrived(const std::string& uid);
+  // A create for a task this robot reported on (Dispatch.reportedSeq) and
+  // holds no record of: its state was lost. Failed, reason StateLost, with a
+  // seq above the one reported; never run.
+  void state_lost(const std::string& uid, std::int64_t reported_seq);
   // Stops the task (a running one by signal; one not yet running at once).
   void stop(AgentTask& task, StopReason reason);
   // The task's last report, made again with a new seq (a dispatch sent again).

@@ -36,6 +36,9 @@ Decision<std::string> dispatch_create_payload(const json& task, std::optional<Ti
                     {"metadata", identity(task)},
                     {"spec", task.contains("spec") ? task["spec"] : json::object()}}}};
   if (sent_at) message["timestamp"] = format_rfc3339(*sent_at, TimePrecision::as_needed);
+  // A Task its robot already reported on: an agent with no record of it
+  // lost its state, and must say so rather than run it again.
+  if (view.status_seq) message["reportedSeq"] = *view.status_seq;
   std::string payload = message.dump();
   // The agent's own codec: what it would refuse is refused here, in its words.
   if (auto checked = parse_dispatch(payload); !checked) {

@@ -439,6 +439,7 @@ Result<Dispatch> parse_dispatch(std::string_view payload) {
       }
     });
     message.timestamp = r.optional_time("timestamp");
+    message.reported_seq = r.optional_integer("reportedSeq", 1);
     return message;
   });
 }
@@ -592,6 +593,7 @@ json to_json_value(const Dispatch& message) {
   if (message.task.spec) task["spec"] = task_spec_json(*message.task.spec);
   json j = {{"action", to_string(message.action)}, {"task", std::move(task)}};
   put_time(j, "timestamp", message.timestamp);
+  put_optional(j, "reportedSeq", message.reported_seq);
   return j;
 }
 

@@ -680,6 +680,36 @@ TEST_F(AgentTest, ACreateThatArrivesAfterItsOwnDeleteNeverRuns) {
   EXPECT_GT(*reports[1].seq, *reports[0].seq);
 }
 
+TEST_F(AgentTest, ATaskThisRobotReportedOnAndHasNoRecordOfIsNeverRunAgain) {
+  // The work dir was wiped (or restored from an older copy): the bridge sends
+  // the robot's running Task again when it registers, with the seq of the
+  // robot's last report on it. The agent says its state was lost, above that
+  // seq (so the bridge takes it), and its counter stays above it.
+  connect();
+  dispatch("t-1");  // a task of its own first: seq 1 or so
+  runner_->start_ok("t-1");
+  settle();
+  link_->events.message(
+      "k8s4r/robots/robot-1/tasks/dispatch",
+      R"({"action":"create","reportedSeq":41,"task":{"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task","metadata":{"name":"t","uid":"t-wiped"},"spec":{"name":"t","driver":"exec","config":{"execConfig":{"command":"/bin/true"}}}}})");
+  settle();
+  ASSERT_EQ(runner_->starts.size(), 1u) << "only t-1 ran";
+  const auto reports = reports_for("t-wiped");
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].state, TaskRunState::failed);
+  EXPECT_EQ(reports[0].reason, "StateLost");
+  EXPECT_EQ(reports[0].seq, 42);
+  advance(10s);
+  EXPECT_GE(heartbeats().back().knows.report_seq, 42);
+  // A task it does hold is answered as any repeat, whatever reportedSeq says.
+  link_->events.message(
+      "k8s4r/robots/robot-1/tasks/dispatch",
+      R"({"action":"create","reportedSeq":1,"task":{"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task","metadata":{"name":"t","uid":"t-1"},"spec":{"name":"t","driver":"exec","config":{"execConfig":{"command":"/bin/true"}}}}})");
+  settle();
+  EXPECT_EQ(reports_for("t-1").back().state, TaskRunState::running);
+  EXPECT_EQ(runner_->starts.size(), 1u);
+}
+
 TEST_F(AgentTest, ARestartedAgentWatchesItsStillRunningTaskAgainInsteadOfStartingIt) {
   connect();
   dispatch("t-8");

@@ -437,6 +437,16 @@ TEST(DispatchMessage, ATaskBecomesTheCreateTheAgentReads) {
   EXPECT_EQ(json::parse(dispatch_delete_payload(task))["action"], "delete");
 }
 
+TEST(DispatchMessage, ATaskItsRobotReportedOnCarriesThatSeqAndEverySendItsTime) {
+  const Timestamp sent = parse_rfc3339("2026-11-22T01:30:00.012345Z").value();
+  const Dispatch first =
+      parse_dispatch(dispatch_create_payload(task_on("robot-001", "dispatching"), sent).value()).value();
+  EXPECT_EQ(first.timestamp, sent);
+  EXPECT_EQ(first.reported_seq, std::nullopt);  // never reported on: a first send, or a resend
+  const Dispatch resync = parse_dispatch(dispatch_create_payload(task_on("robot-001", "running", 41)).value()).value();
+  EXPECT_EQ(resync.reported_seq, 41);  // an agent with no record of it lost its state
+}
+
 TEST(DispatchMessage, ATaskTheAgentWouldRefuseIsRefusedInItsWords) {
   json task = task_on("robot-001", "dispatching");
   task["spec"]["config"]["execConfig"].erase("command");

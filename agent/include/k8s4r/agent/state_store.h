@@ -97,6 +97,10 @@ class StateStore {
   // lower it): a new report's seq is above it, so a uid forgotten and then
   // dispatched again never reuses a seq.
   std::int64_t last_seq() const { return last_seq_; }
+  // Seqs drawn from now on are above `seq` too: one this robot drew before
+  // its state was lost, which the bridge tells it (Dispatch.reportedSeq).
+  // Durable with the next report, whose seq is above it.
+  void raise_last_seq(std::int64_t seq) { last_seq_ = std::max(last_seq_, seq); }
   // The agent's run clock as last recorded: how long agents have run on this
   // work dir, summed over restarts. Retention is measured on it, not on the
   // wall clock, which a robot may set late or change; time the agent was

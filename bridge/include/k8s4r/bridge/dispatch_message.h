@@ -18,7 +18,8 @@ namespace k8s4r::bridge {
 // Refused with reason InvalidTask (no targetRobot, a spec the agent cannot
 // run, a message over the payload limit). `sent_at` becomes its timestamp,
 // the Task's status.dispatchedAt, which the robot's heartbeats echo as
-// newestDispatch once it has taken it.
+// newestDispatch once it has taken it. A Task with a statusSeq (its robot
+// reported on it: a resync after a register) carries it as reportedSeq.
 Decision<std::string> dispatch_create_payload(const nlohmann::json& task,
                                               std::optional<Timestamp> sent_at = std::nullopt);
 std::string dispatch_delete_payload(const nlohmann::json& task);

@@ -241,6 +241,11 @@ struct Dispatch {
   // echoes the newest it has taken as newestDispatch. Absent from a Go K8s4r
   // server.
   std::optional<Timestamp> timestamp;
+  // The seq of the latest report from this robot the Task holds: sent with a
+  // Task that already runs there (a resync after the robot registers). An
+  // agent with no record of the task lost its state: it says so, and never
+  // runs the task again.
+  std::optional<std::int64_t> reported_seq;
   bool operator==(const Dispatch&) const = default;
 };
 
