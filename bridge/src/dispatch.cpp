@@ -166,11 +166,25 @@ void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
 
 void Bridge::resync_robot(const std::string& robot_id) {
   // At most once per resend interval: a robot (or a client posing as one)
-  // registering in a loop must not turn each register into a message per Task.
-  auto& resynced = robot_memory_[robot_id].resynced;
+  // registering in a loop must not turn each register into a message per
+  // Task. One that registers again sooner (an agent restarted at once, its
+  // state perhaps wiped) is resynced when the interval is up, not skipped.
+  RobotMemory& robot = robot_memory_[robot_id];
   const auto now = loop_.clock().steady();
-  if (resynced && now - *resynced < config_.dispatch_resend_after) return;
-  resynced = now;
+  if (robot.resynced && now - *robot.resynced < config_.dispatch_resend_after) {
+    if (robot.resync_timer == 0) {
+      const auto due = *robot.resynced +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.dispatch_resend_after);
+      robot.resync_timer = loop_.at(due, [this, robot_id] {
+        auto found = robot_memory_.find(robot_id);
+        if (found == robot_memory_.end()) return;
+        found->second.resync_timer = 0;
+        resync_robot(robot_id);
+      });
+    }
+    return;
+  }
+  robot.resynced = now;
   for (const kube::ObjectPtr& task : tasks_->by_index("robot", robot_id)) {
     const crd::TaskView view = crd::read_task(*task);
     const auto memory = task_memory_.find(view.uid);

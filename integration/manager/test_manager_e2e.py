@@ -1,5 +1,6 @@
 """k8s4r-manager end to end: kubectl apply of Jobs, run by real agents through the real bridge and broker, the
 manager deciding (robot approval and liveness, placement, rescheduling), judged with kubectl."""
+import shutil
 import threading
 import time
 from datetime import datetime
@@ -90,6 +91,37 @@ def test_a_robot_killed_mid_run_goes_offline_and_its_task_runs_elsewhere_once(si
     assert manager.metric_sum("k8s4r_manager_lost_tasks_total") == 1
     assert "Rescheduled" in sim.kubectl("get", "events", "--field-selector",
                                         f"involvedObject.name={victim_task}").stdout
+
+
+def test_an_agent_whose_work_dir_was_wiped_never_runs_its_running_task_a_second_time(
+        sim, robots, manager_factory, tmp_path):
+    """An operator reinstalls a robot's agent, its work dir with it, while a task runs under its shim. The new
+    agent has no record of the task; when it registers the bridge sends the robot's running Task again, with the
+    seq of the robot's last report on it, and the agent says its state was lost instead of starting a second copy:
+    the Task fails StateLost, what the first run left is swept, and the replacement runs once."""
+    runs = tmp_path / "runs"
+    runs.mkdir(mode=0o777)
+    manager_factory().start()
+    agent = robots("robot-w")
+    wait_until(lambda: robot_phase(sim, "robot-w") == "Online", 20, "robot-w to be Online")
+    line = f"$K8S4R_TASK_NAME $K8S4R_ROBOT_ID $(date +%s%N) >> {runs}/$K8S4R_TASK_NAME.log"
+    script = f"case $K8S4R_TASK_NAME in *-a1) s=1;; *) s=300;; esac; echo start {line}; sleep $s; echo end {line}"
+    apply(sim, job("wiped", [group("g", 1, script, reschedulePolicy={"delay": "1s"})]))
+    wait_until(lambda: [r for r in runs_in(runs) if r[0] == "start"], 30, "the task to start")
+    name = runs_in(runs)[0][1]
+    wait_until(lambda: get(sim, "rtask", name)["status"].get("state") == "running", 20, "the Task to say running")
+    agent.kill9()  # the agent only: the task runs on under its shim
+    for entry in agent.work_dir.iterdir():
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    agent.start()
+    wait_until(lambda: get(sim, "rtask", name)["status"].get("reason") == "StateLost", 30, "the Task to be StateLost")
+    lost = get(sim, "rtask", name)["status"]
+    assert lost["state"] == "failed" and "state was lost" in lost["message"], lost
+    wait_job(sim, "wiped", "completed", 60)
+    events = runs_in(runs)
+    assert [(e[0], e[2]) for e in events if e[1] == name] == [("start", "robot-w")], events
+    assert [e[0] for e in events if e[1] == name + "-a1"] == ["start", "end"], events
+    wait_until(lambda: not processes_marked(agent.work_dir), 20, "nothing of the first run to be left")
 
 
 def test_a_task_that_always_fails_fails_its_job_after_its_attempts(sim, robots, manager_factory):

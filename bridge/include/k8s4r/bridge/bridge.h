@@ -92,6 +92,7 @@ class Bridge {
     std::optional<std::pair<Heartbeat, HeartbeatFacts>> unwritten;  // the newest heartbeat not yet written
     Timestamp unwritten_at{};  // when it arrived: its lastHeartbeatTime, whenever it is written
     std::optional<std::chrono::steady_clock::time_point> resynced;         // its running Tasks last sent again
+    daemon::EventLoop::TimerId resync_timer = 0;                           // a register's resync, deferred
     bool resend_dispatches_at_heartbeat = false;                           // a Go K8s4r agent just registered
     std::optional<std::chrono::steady_clock::time_point> heartbeat_acked;  // last Ack of a heartbeat
   };
