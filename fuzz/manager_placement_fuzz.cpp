@@ -11,6 +11,7 @@
 // object name, every label a valid label value.
 #include "k8s4r/crd/quantity.h"
 #include "k8s4r/crd/resources.h"
+#include "k8s4r/manager/cache_key.h"
 #include "k8s4r/manager/placement.h"
 #include "k8s4r/manager/plan_task.h"
 #include "k8s4r/manager/reschedule.h"
@@ -51,6 +52,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     manager::TaskNeeds needs;
     needs.constraints = std::move(constraints).value();
     static_cast<void>(manager::place(needs, {robot, robot}));
+  }
+  // The result cache's key: any spec and robot, a key or a reason; the
+  // same input, the same key.
+  if (auto request = manager::cache_request(value); request && request.value()) {
+    auto key = manager::cache_key(value, *request.value(), value);
+    if (key && (key.value().size() != 71 || key.value() != manager::cache_key(value, *request.value(), value).value()))
+      __builtin_trap();
   }
   if (auto needs = manager::replica_needs(value, value); needs) {
     if (needs.value().cpu_milli < 0 || needs.value().memory_bytes < 0) __builtin_trap();

@@ -224,11 +224,13 @@ json remove_finalizer_patch(const json& object, std::string_view finalizer) {
   return nullptr;
 }
 
-std::string token_digest(std::string_view token) {
+std::string sha256_digest(std::string_view bytes) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int length = 0;
-  EVP_Digest(token.data(), token.size(), digest.data(), &length, EVP_sha256(), nullptr);
+  EVP_Digest(bytes.data(), bytes.size(), digest.data(), &length, EVP_sha256(), nullptr);
   return "sha256:" + hex_encode(std::string_view(reinterpret_cast<const char*>(digest.data()), length));
 }
+
+std::string token_digest(std::string_view token) { return sha256_digest(token); }
 
 }  // namespace k8s4r::crd

@@ -116,5 +116,7 @@ nlohmann::json remove_finalizer_patch(const nlohmann::json& object, std::string_
 // records in Robot.status.tokenDigest and the manager compares with the
 // digest of the robot's Secret. The token itself is never stored.
 std::string token_digest(std::string_view token);
+// "sha256:" and the lowercase hex SHA-256 of `bytes`.
+std::string sha256_digest(std::string_view bytes);
 
 }  // namespace k8s4r::crd
