@@ -91,6 +91,11 @@ void DispatchIntake::on_dispatch(const std::string& payload) {
   if (dispatch.timestamp && (!newest_dispatch_ || *dispatch.timestamp > *newest_dispatch_))
     newest_dispatch_ = dispatch.timestamp;
   const std::string& uid = dispatch.task.metadata.uid;
+  // The bridge holds a report of this robot's with this seq: whatever the
+  // agent says next, of this task or any other, is drawn above it (a state
+  // restored from an older copy has a lower counter, and its reports would be
+  // dropped as stale).
+  if (dispatch.reported_seq) store_.raise_last_seq(*dispatch.reported_seq);
   auto known = tasks_.find(uid);
   if (known == tasks_.end() && retention_.recall(uid)) known = tasks_.find(uid);
 
@@ -122,7 +127,6 @@ void DispatchIntake::on_dispatch(const std::string& payload) {
   if (dispatch.reported_seq) {
     // This robot reported on it (the bridge says) and has no record of it:
     // its state was lost. Whatever became of the run, it is not run again.
-    store_.raise_last_seq(*dispatch.reported_seq);
     lifecycle_.state_lost(uid, *dispatch.reported_seq);
     return;
   }

@@ -37,11 +37,12 @@ void keep_cached_robot_fields(nlohmann::json& robot) {
   keep_cached_fields(robot);
   if (!robot.is_object()) return;
   static constexpr std::array<std::string_view, 1> kSpec{"labels"};
-  static constexpr std::array<std::string_view, 10> kStatus{
-      "phase",        "message",    "connected",           "conditions",
-      "runningTasks", "endedTasks", "endedTasksTruncated", "lastHeartbeatTime",
-      "deviceInfo",   "tokenDigest"};  // a digest, never the token: dynamic security tells a stale rejection from a
-                                       // real one
+  // tokenDigest: a digest, never the token (dynamic security tells a stale
+  // rejection from a real one); newestDispatch: dispatches are stamped above it.
+  static constexpr std::array<std::string_view, 11> kStatus{
+      "phase",        "message",     "connected",           "conditions",
+      "runningTasks", "endedTasks",  "endedTasksTruncated", "lastHeartbeatTime",
+      "deviceInfo",   "tokenDigest", "newestDispatch"};
   if (auto spec = robot.find("spec"); spec != robot.end()) keep_only(*spec, kSpec);
   if (auto status = robot.find("status"); status != robot.end() && status->is_object()) {
     keep_only(*status, kStatus);

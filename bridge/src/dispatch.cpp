@@ -118,7 +118,7 @@ void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
   const crd::TaskView view = crd::read_task(*task);
   // Its status.dispatchedAt and the message's timestamp, to the microsecond
   // both: the robot's heartbeats echo it once it has the Task.
-  const Timestamp sent_at = std::chrono::floor<std::chrono::microseconds>(now());
+  const Timestamp sent_at = dispatch_stamp(view.target_robot);
   auto payload = dispatch_create_payload(*task, sent_at);
   if (!payload) {
     refuse("task " + view.name, payload.error(), view.target_robot, view.uid);
@@ -164,6 +164,25 @@ void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
   });
 }
 
+Timestamp Bridge::dispatch_stamp(const std::string& robot_id) {
+  // To the microsecond, as status.dispatchedAt is written; and above every
+  // dispatch the robot says it has taken, so a list it made before this one
+  // arrived never reads as made after it, even if this bridge's clock is
+  // behind the one that stamped those (a step back, another replica).
+  Timestamp stamp = std::chrono::floor<std::chrono::microseconds>(now());
+  std::optional<Timestamp> newest;
+  if (const kube::ObjectPtr robot = robots_->get(namespace_, robot_id)) {
+    newest = crd::timestamp_at(*robot, {"status", "newestDispatch"});
+  }
+  if (auto memory = robot_memory_.find(robot_id); memory != robot_memory_.end() && memory->second.unwritten) {
+    const auto& heard = memory->second.unwritten->first.knows.newest_dispatch;
+    if (heard && (!newest || *heard > *newest)) newest = heard;
+  }
+  if (newest && *newest >= stamp)
+    stamp = std::chrono::floor<std::chrono::microseconds>(*newest) + std::chrono::microseconds(1);
+  return stamp;
+}
+
 void Bridge::resync_robot(const std::string& robot_id) {
   // At most once per resend interval: a robot (or a client posing as one)
   // registering in a loop must not turn each register into a message per
@@ -171,26 +190,31 @@ void Bridge::resync_robot(const std::string& robot_id) {
   // state perhaps wiped) is resynced when the interval is up, not skipped.
   RobotMemory& robot = robot_memory_[robot_id];
   const auto now = loop_.clock().steady();
-  if (robot.resynced && now - *robot.resynced < config_.dispatch_resend_after) {
-    if (robot.resync_timer == 0) {
-      const auto due = *robot.resynced +
-                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.dispatch_resend_after);
-      robot.resync_timer = loop_.at(due, [this, robot_id] {
-        auto found = robot_memory_.find(robot_id);
-        if (found == robot_memory_.end()) return;
-        found->second.resync_timer = 0;
-        resync_robot(robot_id);
-      });
-    }
-    return;
-  }
+  const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.dispatch_resend_after);
+  const auto defer = [&](std::chrono::steady_clock::time_point due) {
+    if (robot.resync_timer != 0) return;
+    robot.resync_timer = loop_.at(due, [this, robot_id] {
+      auto found = robot_memory_.find(robot_id);
+      if (found == robot_memory_.end()) return;
+      found->second.resync_timer = 0;
+      resync_robot(robot_id);
+    });
+  };
+  if (robot.resynced && now - *robot.resynced < interval) return defer(*robot.resynced + interval);
+  if (!mqtt_connected_) return defer(now + interval);  // sent once the link is back, not dropped
   robot.resynced = now;
   for (const kube::ObjectPtr& task : tasks_->by_index("robot", robot_id)) {
     const crd::TaskView view = crd::read_task(*task);
     const auto memory = task_memory_.find(view.uid);
     const auto state = memory != task_memory_.end() ? memory->second.applied.state_or(view) : view.state;
     if (view.deleting || state != crd::TaskState::running) continue;  // dispatching has its own resend
-    auto payload = dispatch_create_payload(*task, this->now());
+    // The newest report of the robot's the bridge knows of: what it applied,
+    // when the cache has not caught up with it yet.
+    std::optional<std::int64_t> reported = view.status_seq;
+    if (memory != task_memory_.end() && memory->second.applied.seq &&
+        (!reported || *memory->second.applied.seq > *reported))
+      reported = memory->second.applied.seq;
+    auto payload = dispatch_create_payload(*task, dispatch_stamp(robot_id), reported);
     auto topic = topics::dispatch(view.target_robot);
     if (!payload || !topic) continue;  // refused when it was first dispatched
     metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "resync"}});

@@ -26,7 +26,8 @@ json identity(const json& task) {
 
 }  // namespace
 
-Decision<std::string> dispatch_create_payload(const json& task, std::optional<Timestamp> sent_at) {
+Decision<std::string> dispatch_create_payload(const json& task, std::optional<Timestamp> sent_at,
+                                              std::optional<std::int64_t> reported_seq) {
   const crd::TaskView view = crd::read_task(task);
   if (view.target_robot.empty()) return Refusal{"InvalidTask", "spec.targetRobot is not set"};
   json message = {{"action", "create"},
@@ -38,7 +39,8 @@ Decision<std::string> dispatch_create_payload(const json& task, std::optional<Ti
   if (sent_at) message["timestamp"] = format_rfc3339(*sent_at, TimePrecision::as_needed);
   // A Task its robot already reported on: an agent with no record of it
   // lost its state, and must say so rather than run it again.
-  if (view.status_seq) message["reportedSeq"] = *view.status_seq;
+  if (view.status_seq && (!reported_seq || *view.status_seq > *reported_seq)) reported_seq = view.status_seq;
+  if (reported_seq) message["reportedSeq"] = *reported_seq;
   std::string payload = message.dump();
   // The agent's own codec: what it would refuse is refused here, in its words.
   if (auto checked = parse_dispatch(payload); !checked) {

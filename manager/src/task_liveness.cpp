@@ -109,11 +109,16 @@ Liveness judge_liveness(const json& task, const LivenessInputs& in) {
   // robot has shown it does not have it, by a list of tasks made after it
   // had the dispatch. A robot that has it is never given a twin. The timeout
   // counts from the first send (the placement's scheduled-at; the bridge's
-  // dispatchedAt moves on with every resend).
-  std::optional<Timestamp> since;
-  const std::string scheduled = crd::string_at(task, {"metadata", "annotations", kScheduledAtAnnotation});
-  if (auto parsed = parse_rfc3339(scheduled)) since = parsed.value();
+  // dispatchedAt moves on with every resend), except for an agent that does
+  // not say what it had seen (an older k8s4r-agent): from its latest send,
+  // as its list may be written after a resend it has not read yet.
+  const bool says_what_it_saw = report_seq_of(robot).has_value();
+  std::optional<Timestamp> scheduled_at;
+  if (auto parsed = parse_rfc3339(crd::string_at(task, {"metadata", "annotations", kScheduledAtAnnotation})))
+    scheduled_at = parsed.value();
+  std::optional<Timestamp> since = says_what_it_saw ? scheduled_at : std::nullopt;
   if (t.dispatched_at && (!since || *t.dispatched_at < *since)) since = t.dispatched_at;
+  if (!since) since = scheduled_at;
   if (!since && t.state == crd::TaskState::dispatching) {
     // Set dispatching by someone else, and not sent yet: from when this
     // manager first saw it so.
@@ -136,7 +141,7 @@ Liveness judge_liveness(const json& task, const LivenessInputs& in) {
   // agent that does not say (an older k8s4r-agent), a list written after it.
   bool shown_without = false;
   if (lists_tasks && heartbeat && !robot_holds(robot, t.uid)) {
-    if (report_seq_of(robot)) {
+    if (says_what_it_saw) {
       const auto newest = crd::timestamp_at(robot, {"status", "newestDispatch"});
       shown_without = newest && *newest >= sent;
     } else {

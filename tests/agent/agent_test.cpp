@@ -708,6 +708,15 @@ TEST_F(AgentTest, ATaskThisRobotReportedOnAndHasNoRecordOfIsNeverRunAgain) {
   settle();
   EXPECT_EQ(reports_for("t-1").back().state, TaskRunState::running);
   EXPECT_EQ(runner_->starts.size(), 1u);
+  // A state restored from an older copy: the bridge holds a later report of
+  // a task the agent does hold. Its answer is drawn above it, or the bridge
+  // would drop it as stale.
+  link_->events.message(
+      "k8s4r/robots/robot-1/tasks/dispatch",
+      R"({"action":"create","reportedSeq":100,"task":{"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task","metadata":{"name":"t","uid":"t-1"},"spec":{"name":"t","driver":"exec","config":{"execConfig":{"command":"/bin/true"}}}}})");
+  settle();
+  EXPECT_EQ(reports_for("t-1").back().seq, 101);
+  EXPECT_EQ(runner_->starts.size(), 1u);
 }
 
 TEST_F(AgentTest, ARestartedAgentWatchesItsStillRunningTaskAgainInsteadOfStartingIt) {

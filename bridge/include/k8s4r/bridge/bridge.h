@@ -165,6 +165,8 @@ class Bridge {
   void dispatch(const kube::ObjectPtr& task, bool resend);
   void schedule_resend(const std::string& uid, const std::string& name, std::chrono::nanoseconds delay);
   void resync_robot(const std::string& robot_id);
+  // The timestamp for a dispatch to this robot (docs/protocol.md#dispatch).
+  Timestamp dispatch_stamp(const std::string& robot_id);
   // Its Tasks still dispatching, sent again (a robot that subscribed late).
   void resend_dispatching(const std::string& robot_id);
   // A heartbeat from a robot the bridge has no Robot for: told (at most once

@@ -19,9 +19,11 @@ namespace k8s4r::bridge {
 // run, a message over the payload limit). `sent_at` becomes its timestamp,
 // the Task's status.dispatchedAt, which the robot's heartbeats echo as
 // newestDispatch once it has taken it. A Task with a statusSeq (its robot
-// reported on it: a resync after a register) carries it as reportedSeq.
+// reported on it: a resync after a register) carries it as reportedSeq, or
+// `reported_seq` when that is higher (a report the cache does not show yet).
 Decision<std::string> dispatch_create_payload(const nlohmann::json& task,
-                                              std::optional<Timestamp> sent_at = std::nullopt);
+                                              std::optional<Timestamp> sent_at = std::nullopt,
+                                              std::optional<std::int64_t> reported_seq = std::nullopt);
 std::string dispatch_delete_payload(const nlohmann::json& task);
 
 }  // namespace k8s4r::bridge
