@@ -178,7 +178,10 @@ Timestamp Bridge::dispatch_stamp(const std::string& robot_id) {
     const auto& heard = memory->second.unwritten->first.knows.newest_dispatch;
     if (heard && (!newest || *heard > *newest)) newest = heard;
   }
-  if (newest && *newest >= stamp)
+  // A robot's claim more than a day ahead is a wrong clock or a lie: not
+  // followed (it would push this robot's dispatches, and their resends, into
+  // the future, and near the end of the representable range overflow).
+  if (newest && *newest >= stamp && *newest - stamp < std::chrono::hours(24))
     stamp = std::chrono::floor<std::chrono::microseconds>(*newest) + std::chrono::microseconds(1);
   return stamp;
 }
@@ -203,6 +206,7 @@ void Bridge::resync_robot(const std::string& robot_id) {
   if (robot.resynced && now - *robot.resynced < interval) return defer(*robot.resynced + interval);
   if (!mqtt_connected_) return defer(now + interval);  // sent once the link is back, not dropped
   robot.resynced = now;
+  const Timestamp stamp = dispatch_stamp(robot_id);  // one for all: the robot reads them in order
   for (const kube::ObjectPtr& task : tasks_->by_index("robot", robot_id)) {
     const crd::TaskView view = crd::read_task(*task);
     const auto memory = task_memory_.find(view.uid);
@@ -214,7 +218,7 @@ void Bridge::resync_robot(const std::string& robot_id) {
     if (memory != task_memory_.end() && memory->second.applied.seq &&
         (!reported || *memory->second.applied.seq > *reported))
       reported = memory->second.applied.seq;
-    auto payload = dispatch_create_payload(*task, dispatch_stamp(robot_id), reported);
+    auto payload = dispatch_create_payload(*task, stamp, reported);
     auto topic = topics::dispatch(view.target_robot);
     if (!payload || !topic) continue;  // refused when it was first dispatched
     metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "resync"}});

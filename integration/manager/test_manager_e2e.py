@@ -3,7 +3,7 @@ manager deciding (robot approval and liveness, placement, rescheduling), judged 
 import shutil
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 from conftest import Broker, Observer
 from manager_support import (BridgeProcess, apply, bridge, broker, create_robot_secret, get, group,  # noqa: F401
@@ -363,13 +363,15 @@ def test_a_dispatch_is_lost_only_by_a_heartbeat_made_once_the_robot_had_it(sim, 
     try:
         # The newest dispatch it took was stamped by a clock ahead of this bridge's (another replica, or this
         # one before its clock stepped back): this dispatch is stamped above it all the same.
-        robot.beat["newestDispatch"] = "2030-01-01T00:00:00Z"
-        wait_until(lambda: get(sim, "robot", "robot-d")["status"].get("newestDispatch") == "2030-01-01T00:00:00Z",
+        # An hour ahead (the bridge follows a claim up to a day ahead; further is a wrong clock or a lie).
+        ahead = (datetime.now(timezone.utc) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        robot.beat["newestDispatch"] = ahead
+        wait_until(lambda: get(sim, "robot", "robot-d")["status"].get("newestDispatch") == ahead,
                    20, "the Robot to hold the robot's newest dispatch")
         apply(sim, job("unheard", [group("g", 1, "sleep 300", reschedulePolicy={"delay": "1s"})]))
         sent = robot.next_create()
         name = sent["task"]["metadata"]["name"]
-        assert instant(sent["timestamp"]) > instant("2030-01-01T00:00:00Z"), sent["timestamp"]
+        assert instant(sent["timestamp"]) > instant(ahead), (sent["timestamp"], ahead)
         # Each send (the bridge here resends every 2 s) carries its time, which the Task records.
         wait_until(lambda: instant(get(sim, "rtask", name)["status"].get("dispatchedAt", "1970-01-01T00:00:00Z"))
                    == instant(sent["timestamp"]), 10, "dispatchedAt to be the first send's timestamp")
