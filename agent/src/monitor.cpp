@@ -4,6 +4,7 @@
 #include "k8s4r/shim/cgroup.h"
 #include "k8s4r/shim/protocol.h"
 
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
@@ -51,6 +52,16 @@ Monitor::~Monitor() {
   close(wake_fd_);
   close(epoll_fd_);
 }
+
+namespace {
+
+// The process behind a pidfd has ended (its exit not yet taken).
+bool has_ended(int pidfd) {
+  pollfd polled{pidfd, POLLIN, 0};
+  return poll(&polled, 1, 0) == 1;
+}
+
+}  // namespace
 
 void Monitor::wake() {
   const std::uint64_t one = 1;
@@ -214,6 +225,11 @@ void Monitor::loop() {
       for (const SignalAction& action : schedule_.take_due(now)) {
         auto child = children_.find(action.task_uid);
         if (child == children_.end()) continue;
+        // Ended before its signal, with its exit not taken yet (an epoll_wait
+        // cut short: SIGSTOP and SIGCONT of the agent end one with EINTR): the
+        // signal would stop nothing, and its reason is not how the task ended.
+        // The exit is taken next round (the pidfd stays readable).
+        if (has_ended(child->second.pidfd)) continue;
         // Only ESRCH can fail for our own child's group, and it means gone.
         static_cast<void>(signal_task(child->second.process, action.signal));
         if (!child->second.stopped_by) child->second.stopped_by = action.reason;

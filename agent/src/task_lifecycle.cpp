@@ -273,8 +273,19 @@ void TaskLifecycle::on_exit(const TaskExit& exit) {
   status.finished_at = loop_.clock().wall();
   status.exit_code = exit.status.exit_code;
   if (exit.status.signal != 0) status.signal = exit.status.signal;
-  const std::optional<StopReason> stopped_by = exit.stopped_by ? exit.stopped_by : task.stop_requested;
-  const RestartDecision decision = task.restarts.on_exit(exit.exited_at, exit.status, stopped_by);
+  // What stopped it, if anything did: a stop asked for that found the task
+  // already ended is not how it ended. Such a task is recorded as it ended
+  // (completed on exit 0), and never restarted.
+  const std::optional<StopReason> stopped_by = exit.stopped_by;
+  const bool clean = exit.status.exit_code == 0 && exit.status.signal == 0;
+  const RestartDecision decision =
+      task.stop_requested && !stopped_by && !clean
+          ? RestartDecision{RestartDecision::Kind::fail,
+                            {},
+                            "Error",
+                            describe_exit(exit.status) + "; not restarted, as it was being stopped (" +
+                                to_string(*task.stop_requested) + ")"}
+          : task.restarts.on_exit(exit.exited_at, exit.status, stopped_by);
   status.event = exit.status.signal == SIGKILL ? "Killed" : exit.status.signal != 0 ? "Terminated" : "Exited";
   status.message = decision.message;
   const auto kill_timeout = task.spec.kill_timeout.value_or(config_.default_kill_timeout);

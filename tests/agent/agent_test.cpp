@@ -609,6 +609,45 @@ TEST_F(AgentTest, ACancelWhileTheRunStartsTakesItBackOrReachesItOnceItRuns) {
   EXPECT_EQ(reports_for("t-6").back().reason, "Cancelled");
 }
 
+// A stop is asked for, and the task turns out to have ended already (its exit
+// was on its way; its shim stopped it while the agent was stopped or cut
+// off): it is recorded as it ended, and a failed one is not restarted.
+TEST_F(AgentTest, ATaskThatEndedBeforeItsStopReachedItIsRecordedAsItEnded) {
+  connect();
+  dispatch("t-1");
+  runner_->start_ok("t-1");
+  settle();
+  cancel("t-1");
+  settle();
+  runner_->exit("t-1", 0);
+  settle();
+  EXPECT_EQ(reports_for("t-1").back().state, TaskRunState::completed);
+  EXPECT_EQ(reports_for("t-1").back().reason, "");
+
+  dispatch("t-2", "/bin/false", R"(,"restartPolicy":{"attempts":3,"interval":"1h","delay":"1s","mode":"fail"})");
+  runner_->start_ok("t-2");
+  settle();
+  cancel("t-2");
+  settle();
+  runner_->exit("t-2", 1);
+  settle();
+  advance(2s);
+  EXPECT_EQ(runner_->starts.size(), 2u);  // t-1 and t-2, once each
+  EXPECT_EQ(reports_for("t-2").back().state, TaskRunState::failed);
+  EXPECT_EQ(reports_for("t-2").back().reason, "Error");
+  EXPECT_EQ(reports_for("t-2").back().message, "exited with code 1; not restarted, as it was being stopped (Cancelled)");
+
+  dispatch("t-3");
+  runner_->start_ok("t-3");
+  settle();
+  cancel("t-3");
+  settle();
+  runner_->exit("t-3", 143, StopReason::disconnected);
+  settle();
+  EXPECT_EQ(reports_for("t-3").back().state, TaskRunState::failed);
+  EXPECT_EQ(reports_for("t-3").back().reason, "Disconnected");
+}
+
 // Reasons the manager acts on: what would fail on every robot (InvalidTask,
 // never rescheduled) apart from what this robot lacks (NotRunnableHere).
 TEST_F(AgentTest, WhatFailsOnEveryRobotIsToldApartFromWhatThisRobotLacks) {

@@ -34,7 +34,7 @@ namespace k8s4r::agent {
 struct TaskExit {
   std::string task_uid;
   ExitStatus status;
-  std::optional<StopReason> stopped_by;  // set when the agent signalled it
+  std::optional<StopReason> stopped_by;  // the agent signalled it while it ran, or its shim stopped it
   SteadyTime exited_at;
   // False when the exit status could not be learned: a process adopted
   // without a shim (not our child, so the kernel keeps its status from us), or
