@@ -635,7 +635,8 @@ TEST_F(AgentTest, ATaskThatEndedBeforeItsStopReachedItIsRecordedAsItEnded) {
   EXPECT_EQ(runner_->starts.size(), 2u);  // t-1 and t-2, once each
   EXPECT_EQ(reports_for("t-2").back().state, TaskRunState::failed);
   EXPECT_EQ(reports_for("t-2").back().reason, "Error");
-  EXPECT_EQ(reports_for("t-2").back().message, "exited with code 1; not restarted, as it was being stopped (Cancelled)");
+  EXPECT_EQ(reports_for("t-2").back().message,
+            "exited with code 1; not restarted, as it was being stopped (Cancelled)");
 
   dispatch("t-3");
   runner_->start_ok("t-3");
