@@ -5,9 +5,11 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
@@ -119,6 +121,40 @@ std::vector<std::string> command_candidates(const std::string& command, const st
   errno = denied && error == ENOENT ? EACCES : error;
   fail(5);
   _exit(127);  // not reached: fail() exits
+}
+
+// The task's process, born in its cgroup (clone3 with CLONE_INTO_CGROUP,
+// Linux 5.7): moving a process into a cgroup afterwards (a write to
+// cgroup.procs) takes the kernel's cgroup threadgroup lock for writing, which
+// waits for an RCU grace period: on a busy machine most of a task's start
+// (docs/performance.md). CLONE_VFORK: the shim waits until the task executes
+// or fails, as with vfork. -1 and errno where the kernel or a seccomp filter
+// refuses it; the caller then forks and moves the child.
+pid_t clone_into_cgroup(int cgroup_dir) {
+  clone_args args{};
+  args.flags = CLONE_INTO_CGROUP | CLONE_VFORK;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = static_cast<__u64>(cgroup_dir);
+  return static_cast<pid_t>(syscall(SYS_clone3, &args, sizeof args));
+}
+
+// The task's process, in its cgroup when it has one: born there where the
+// kernel can, else moved there by the child before it executes the task.
+// vfork: the child borrows the shim's memory until it executes the task, so
+// starting it copies no page tables (the shim waits meanwhile, as it would
+// for the failure pipe anyway). -1 and errno when neither can start it.
+__attribute__((noinline)) pid_t start_task_process(const ShimOptions& options, char* const* argv,
+                                                   char* const* candidates, char** script_argv, char** envp,
+                                                   const std::vector<gid_t>& groups, int cgroup_dir, int cgroup_procs,
+                                                   int failure_pipe) {
+  if (cgroup_dir >= 0) {
+    const pid_t task = clone_into_cgroup(cgroup_dir);
+    if (task == 0) become_task(options, argv, candidates, script_argv, envp, groups, -1, failure_pipe);
+    if (task > 0) return task;
+  }
+  const pid_t task = vfork();
+  if (task == 0) become_task(options, argv, candidates, script_argv, envp, groups, cgroup_procs, failure_pipe);
+  return task;
 }
 
 // The shim's children but the task's main process, which stays a zombie
@@ -432,12 +468,14 @@ int run_shim(const ShimOptions& options) {
     return 1;
   }
   int cgroup_procs = -1;
+  int cgroup_dir = -1;
   if (!options.cgroup.empty()) {
     cgroup_procs = open((options.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
     if (cgroup_procs < 0) {
       write_all(options.report_fd, format_start_failed("cgroup", errno));
       return 1;
     }
+    cgroup_dir = open(options.cgroup.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   }
   int failure_pipe[2];
   if (pipe2(failure_pipe, O_CLOEXEC) != 0) {
@@ -469,20 +507,16 @@ int run_shim(const ShimOptions& options) {
   sigemptyset(&child_signal);
   sigaddset(&child_signal, SIGCHLD);
   sigprocmask(SIG_BLOCK, &child_signal, nullptr);
-  // vfork: the child borrows the shim's memory until it executes the task,
-  // so starting it copies no page tables (the shim waits meanwhile, as it
-  // would for the failure pipe anyway).
-  const pid_t task = vfork();
+  const pid_t task =
+      start_task_process(options, argv.data(), candidate_list.data(), script_argv.data(),
+                         envp.empty() ? environ : envp.data(), groups, cgroup_dir, cgroup_procs, failure_pipe[1]);
   if (task < 0) {
     write_all(options.report_fd, format_start_failed("fork", errno));
     return 1;
   }
-  if (task == 0) {
-    become_task(options, argv.data(), candidate_list.data(), script_argv.data(), envp.empty() ? environ : envp.data(),
-                groups, cgroup_procs, failure_pipe[1]);
-  }
   close(failure_pipe[1]);
   if (cgroup_procs >= 0) close(cgroup_procs);
+  if (cgroup_dir >= 0) close(cgroup_dir);
   ChildFailure failure;
   ssize_t got = 0;
   do {

@@ -9,13 +9,19 @@
 
 #include <gtest/gtest.h>
 
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <condition_variable>
 #include <csignal>
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 namespace k8s4r::agent {
 namespace {
@@ -221,6 +227,60 @@ TEST_P(MonitorTest, WhatATaskStartsInANewSessionDiesWithIt) {
   if (cgroups_) {
     EXPECT_FALSE(fs::exists(cgroups_->path_of("escape"))) << "the task's cgroup stayed";
   }
+}
+
+std::string contents(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream all;
+  all << in.rdbuf();
+  return all.str();
+}
+
+// The line of /proc/PID/cgroup of the cgroup v2 hierarchy, as a task printed it.
+std::string unified_line(const std::string& printed) {
+  std::istringstream lines(printed);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("0::", 0) == 0) return line;
+  }
+  return "";
+}
+
+// A task is in its cgroup before it executes: born there (clone3 with
+// CLONE_INTO_CGROUP, which spares the kernel's cgroup migration), or, where
+// the kernel or a seccomp filter (a container's) refuses clone3, moved there
+// by its process before the exec.
+TEST_P(MonitorTest, ATaskIsInItsCgroupBeforeItExecutesWhetherBornThereOrMoved) {
+  if (GetParam() != Mode::cgroup) GTEST_SKIP() << "tasks get a cgroup only in this mode";
+  ASSERT_TRUE(launch("born", shell("cat /proc/self/cgroup"), std::nullopt, 1s));
+  EXPECT_EQ(wait_exit("born").status.exit_code, 0);
+  const std::string born = unified_line(contents(dir_ / "stdout"));
+  EXPECT_TRUE(born.size() > 10 && born.substr(born.size() - 5) == "/born") << born;
+
+  // The shim itself under a filter that answers clone3 with ENOSYS, as
+  // Docker's default profile does.
+  const std::string cgroup = cgroups_->create("moved").value();
+  const std::string out = (dir_ / "moved.out").string(), exit_file = (dir_ / "moved.exit").string();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sock_filter filter[] = {
+        {BPF_LD | BPF_W | BPF_ABS, 0, 0, static_cast<__u32>(offsetof(seccomp_data, nr))},
+        {BPF_JMP | BPF_JEQ | BPF_K, 0, 1, static_cast<__u32>(SYS_clone3)},
+        {BPF_RET | BPF_K, 0, 0, SECCOMP_RET_ERRNO | ENOSYS},
+        {BPF_RET | BPF_K, 0, 0, SECCOMP_RET_ALLOW},
+    };
+    sock_fprog program{4, filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0)
+      _exit(90);
+    execl(K8S4R_TASK_SHIM, K8S4R_TASK_SHIM, "--exit-file", exit_file.c_str(), "--cgroup", cgroup.c_str(), "--stdout",
+          out.c_str(), "--", "/bin/sh", "-c", "cat /proc/self/cgroup", static_cast<char*>(nullptr));
+    _exit(91);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const std::string moved = unified_line(contents(out));
+  EXPECT_TRUE(moved.size() > 10 && moved.substr(moved.size() - 6) == "/moved") << moved;
 }
 
 TEST_P(MonitorTest, ATimeoutReachesWhatLeftTheProcessGroup) {
