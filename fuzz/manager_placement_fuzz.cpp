@@ -15,6 +15,7 @@
 #include "k8s4r/manager/placement.h"
 #include "k8s4r/manager/plan_task.h"
 #include "k8s4r/manager/reschedule.h"
+#include "k8s4r/manager/result_cache.h"
 #include "k8s4r/manager/robot_lifecycle.h"
 #include "k8s4r/manager/robot_load.h"
 #include "k8s4r/manager/status_rollup.h"
@@ -58,6 +59,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (auto request = manager::cache_request(value); request && request.value()) {
     auto key = manager::cache_key(value, *request.value(), value);
     if (key && (key.value().size() != 71 || key.value() != manager::cache_key(value, *request.value(), value).value()))
+      __builtin_trap();
+  }
+  // Its store and reuse: any Task or entry, an entry named after the key or
+  // a reason; a reused result is always a success that says where it came from.
+  {
+    const std::string key = "sha256:" + std::string(64, 'c');
+    if (auto entry = manager::cache_entry_for(value, key);
+        entry && (entry.value()["spec"]["key"] != key || entry.value()["spec"]["exitCode"] != 0))
+      __builtin_trap();
+    using namespace std::chrono_literals;
+    const manager::CacheRequest day{24h, "", {}};
+    if (auto hit = manager::cache_hit_status(value, key, day, parse_rfc3339("2026-11-27T10:00:00Z").value());
+        hit && ((*hit)["state"] != "completed" || (*hit)["exitCode"] != 0 || (*hit)["cachedFrom"]["key"] != key))
       __builtin_trap();
   }
   if (auto needs = manager::replica_needs(value, value); needs) {

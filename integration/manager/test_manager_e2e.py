@@ -1,5 +1,6 @@
 """k8s4r-manager end to end: kubectl apply of Jobs, run by real agents through the real bridge and broker, the
 manager deciding (robot approval and liveness, placement, rescheduling), judged with kubectl."""
+import json
 import shutil
 import threading
 import time
@@ -475,3 +476,74 @@ def test_a_robot_deleted_while_its_agent_runs_is_told_and_registers_again(sim, r
                "the agent to register again (a new Robot)")
     wait_until(lambda: robot_phase(sim, "robot-d") == "Online", 20, "robot-d to be Online again")
     assert "register again" in agent.log_text()
+
+
+def cached_group(name, count, script, cache=None, **extra):
+    spec = group(name, count, script, **extra)
+    spec["tasks"][0]["cache"] = {"maxStaleness": "24h", **(cache or {})}
+    return spec
+
+
+def test_a_cached_task_runs_once_across_identical_jobs_and_what_changes_its_result_runs_it_again(
+        sim, robots, manager_factory, tmp_path):
+    """The result cache, judged by what the tasks did: each run appends a line to a file. A Job whose tasks ask for
+    caching runs; an identical Job completes without a dispatch, its Tasks saying whose result they reuse; a bumped
+    salt, a stale entry and a failed run each make it run again."""
+    manager_factory().start()
+    robots("robot-a")
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+    runs = tmp_path / "runs"
+    script = f"echo ran $K8S4R_TASK_NAME >> {runs}; echo map built"
+
+    def ran():
+        return runs.read_text().split("\n")[:-1] if runs.exists() else []
+
+    def entries():
+        return items(sim, "rtcache")
+
+    apply(sim, job("maps-1", [cached_group("g", 1, script)]))
+    wait_job(sim, "maps-1", "completed", 60)
+    assert ran() == ["ran maps-1-g-r0-work"]
+    wait_until(lambda: len(entries()) == 1, 20, "the run to be stored")
+    entry = entries()[0]
+    first = tasks_of_job(sim, "maps-1")[0]
+    assert entry["spec"]["task"] == {"name": "maps-1-g-r0-work", "uid": first["metadata"]["uid"]}, entry
+    assert entry["spec"]["key"] == first["metadata"]["annotations"]["robot.k8s4r.io/cache-key"]
+    assert entry["metadata"]["name"] == entry["spec"]["key"].replace(":", "-")
+    assert "map built" in entry["spec"]["logs"]
+
+    # The same work again: completed from the cache, never dispatched, and says so.
+    apply(sim, job("maps-2", [cached_group("g", 1, script)]))
+    wait_job(sim, "maps-2", "completed", 60)
+    reused = tasks_of_job(sim, "maps-2")[0]
+    assert reused["status"]["cachedFrom"]["task"] == "maps-1-g-r0-work", reused["status"]
+    assert reused["status"]["exitCode"] == 0 and "map built" in reused["status"]["logs"]
+    assert "targetRobot" not in reused["spec"] and "dispatchedAt" not in reused["status"]
+    assert any(e["reason"] == "CacheHit" for e in events_of(sim, reused["metadata"]["name"]))
+    assert ran() == ["ran maps-1-g-r0-work"]  # nothing ran
+
+    # A new salt is a new key: it runs.
+    apply(sim, job("maps-3", [cached_group("g", 1, script, {"salt": "v2"})]))
+    wait_job(sim, "maps-3", "completed", 60)
+    assert ran()[-1] == "ran maps-3-g-r0-work"
+    wait_until(lambda: len(entries()) == 2, 20, "the salted run to be stored")
+
+    # An entry older than a Task's maxStaleness is not used: it runs, and its newer run replaces the entry.
+    name = entry["metadata"]["name"]
+    stale = (datetime.now(timezone.utc) - timedelta(hours=25)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sim.kubectl("patch", "rtcache", name, "--type=merge", "-p", json.dumps({"spec": {"completedAt": stale}}))
+    apply(sim, job("maps-4", [cached_group("g", 1, script)]))
+    wait_job(sim, "maps-4", "completed", 60)
+    assert ran()[-1] == "ran maps-4-g-r0-work"
+    wait_until(lambda: get(sim, "rtcache", name)["spec"]["task"]["name"] == "maps-4-g-r0-work", 20,
+               "the newer run to replace the stale entry")
+
+    # A failed run is never stored, so the same work runs again.
+    failing = f"echo ran $K8S4R_TASK_NAME >> {runs}; exit 3"
+    for n in (5, 6):
+        apply(sim, job(f"broken-{n}", [cached_group("g", 1, failing, {"salt": "broken"},
+                                                    restartPolicy={"attempts": 0, "mode": "fail"},
+                                                    reschedulePolicy={"attempts": 0, "interval": "1h", "delay": "1s"})]))
+        wait_job(sim, f"broken-{n}", "failed", 60)
+    assert {"ran broken-5-g-r0-work", "ran broken-6-g-r0-work"} <= set(ran())
+    assert len(entries()) == 2

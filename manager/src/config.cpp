@@ -51,6 +51,12 @@ std::vector<daemon::Setting> settings(ManagerConfig& c) {
        "added to a Task's stop window and killTimeout for its default lostAfter: the bridge's heartbeat write "
        "interval and clock skew (90s)",
        duration(c.disconnect_margin)},
+      {"cache-entry-max-age", daemon::ValueType::Duration,
+       "the result cache's entries older than this are deleted (168h); a Task's own maxStaleness may be shorter",
+       duration(c.cache_entry_max_age)},
+      {"cache-max-entries", daemon::ValueType::Count,
+       "the result cache keeps at most this many entries per namespace, deleting the oldest first (10000)",
+       [&c](const std::string& v) { return daemon::parse_positive_size(v, c.cache_max_entries); }},
       {"leader-elect", daemon::ValueType::Bool,
        "run only while holding the Lease k8s4r-manager, so one of several managers acts (true)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.leader_elect); }},

@@ -4,6 +4,7 @@
 
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/crd/robot_secret.h"
+#include "k8s4r/manager/result_cache.h"
 
 #include <spdlog/spdlog.h>
 
@@ -64,6 +65,8 @@ Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& me
                    "Every request of the Kubernetes client (lists, watches, writes) and its retries.");
   metrics_.declare("k8s4r_manager_events_total", Type::counter, "Kubernetes Events recorded (created, dropped).");
   metrics_.declare("k8s4r_manager_robots", Type::gauge, "Robots in the cache, by phase.");
+  metrics_.declare("k8s4r_manager_cache_lookups_total", Type::counter,
+                   "Result cache lookups at placement of Tasks that ask for caching, by result (hit, miss).");
 
   const std::string& ns = config_.namespace_;
   kube::InformerOptions secret_options{crd::kSecrets, ns};
@@ -77,6 +80,7 @@ Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& me
   kube::InformerOptions task_options{crd::kTasks, ns};
   task_options.consistency_check_interval = std::chrono::minutes(5);
   tasks_ = std::make_unique<kube::Informer>(client_, task_options);
+  cache_entries_ = std::make_unique<kube::Informer>(client_, kube::InformerOptions{crd::kTaskCacheEntries, ns});
   const auto by_owner = [](const json& object) -> std::vector<std::string> {
     std::string uid = controller_uid(object);
     if (uid.empty()) return {};
@@ -101,6 +105,8 @@ Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& me
   group_controller_.workers = 2;
   task_controller_.name = "task";
   task_controller_.reconcile = [this](const std::string& key) { return reconcile_task(key); };
+  cache_controller_.name = "cache";
+  cache_controller_.reconcile = [this](const std::string& key) { return reconcile_cache(key); };
   for (Controller* controller : controllers()) {
     kube::WorkQueueOptions options;
     options.base_delay = std::chrono::milliseconds(50);
@@ -216,16 +222,23 @@ void Manager::add_handlers() {
     if (state != crd::TaskState::dispatching || gone)
       seen_dispatching_.erase(crd::string_at(task, {"metadata", "uid"}));
   };
+  // A placed cacheable Task that completed: its run may be stored.
+  const auto store = [this](const json& task) {
+    if (crd::string_at(task, {"metadata", "annotations", kCacheKeyAnnotation}).empty()) return;
+    if (crd::read_task(task).state == crd::TaskState::completed) cache_controller_.queue->add(key_of(task));
+  };
   tasks_->add_handler(
-      kube::EventHandler{[this, seen](const kube::ObjectPtr& task) {
+      kube::EventHandler{[this, seen, store](const kube::ObjectPtr& task) {
                            seen(*task, false);
                            load_.observe(*task);
                            enqueue_group_of_task(*task);
+                           store(*task);
                          },
-                         [this, seen](const kube::ObjectPtr& old_task, const kube::ObjectPtr& task) {
+                         [this, seen, store](const kube::ObjectPtr& old_task, const kube::ObjectPtr& task) {
                            seen(*task, false);
                            load_.observe(*task);
                            enqueue_group_of_task(*task);
+                           store(*task);
                            const auto before = crd::read_task(*old_task).state, after = crd::read_task(*task).state;
                            if (after && crd::is_terminal(*after) && !(before && crd::is_terminal(*before)))
                              enqueue_waiting_groups();
@@ -281,6 +294,9 @@ void Manager::start() {
         crd::kRobotIdLabel);
   }
   for (auto* informer : {robots_.get(), secrets_.get(), jobs_.get(), groups_.get(), tasks_.get()}) informer->start();
+  // Not waited for by lead(): a cluster without the TaskCacheEntry CRD (an
+  // older install) runs every Task, as without a cache (result_store.cpp).
+  cache_entries_->start();
 }
 
 void Manager::lead() {
@@ -297,6 +313,7 @@ void Manager::lead() {
     for (int i = 0; i < controller->workers; ++i)
       controller->threads.emplace_back([this, controller] { run_worker(*controller); });
   }
+  cache_controller_.queue->add(kCacheGarbageKey);  // then every kCacheGarbageInterval
 }
 
 void Manager::run_worker(Controller& controller) {
@@ -352,7 +369,7 @@ void Manager::stop() {
   }
   leading_ = false;
   if (events_) events_->stop();
-  for (auto* informer : {robots_.get(), secrets_.get(), jobs_.get(), groups_.get(), tasks_.get()})
+  for (auto* informer : {robots_.get(), secrets_.get(), jobs_.get(), groups_.get(), tasks_.get(), cache_entries_.get()})
     if (informer) informer->stop();
 }
 

@@ -9,9 +9,17 @@
 // its create, or in a patch conditional on the version judged) and then
 // status.state dispatching, which the bridge acts on. A Task nothing fits
 // stays pending with the reason, and its group waits for a robot to change.
+//
+// A Task that asks for caching (spec.cache) is keyed for the robot it was
+// placed on (its class: os, arch, keyLabels); a fresh TaskCacheEntry with
+// that key in its namespace completes it there and then, undispatched, with
+// the entry's result (CacheHit). Otherwise it is dispatched with its key
+// recorded (the cache-key annotation), so its successful run is stored
+// (result_store.cpp).
 #include "k8s4r/manager/manager.h"
 
 #include "k8s4r/crd/resources.h"
+#include "k8s4r/manager/result_cache.h"
 
 #include <spdlog/spdlog.h>
 
@@ -75,15 +83,47 @@ Placement Manager::plan_replica(const json& task_group, const TaskNeeds& needs, 
   return placement;
 }
 
+std::optional<json> Manager::cached_result(const json& task, const std::string& robot, std::string& key,
+                                           std::string& not_cacheable) {
+  key.clear();
+  auto request = cache_request(task);
+  if (!request) {
+    not_cacheable = request.error().to_string();
+    return std::nullopt;
+  }
+  if (!request.value()) return std::nullopt;
+  const std::string ns = crd::string_at(task, {"metadata", "namespace"});
+  const kube::ObjectPtr robot_object = robots_->get(ns, robot);
+  if (!robot_object) return std::nullopt;
+  auto computed = cache_key(task, *request.value(), *robot_object);
+  if (!computed) {
+    not_cacheable = computed.error().to_string();
+    return std::nullopt;
+  }
+  key = computed.value();
+  // Not synced (or no CRD): a miss, so the Task runs, as without a cache.
+  if (!cache_entries_->has_synced()) return std::nullopt;
+  const kube::ObjectPtr entry = cache_entries_->get(ns, cache_entry_name(key).value());
+  if (!entry) return std::nullopt;
+  return cache_hit_status(*entry, key, *request.value(), now());
+}
+
 bool Manager::write_placement(Unplaced& item, const Placement& placement) {
   const std::string ns = crd::string_at(item.task, {"metadata", "namespace"});
   const std::string name = crd::string_at(item.task, {"metadata", "name"});
   const bool placed = placement.robot.has_value();
-  const json status = placed ? json{{"state", "dispatching"}, {"message", "placed on robot " + *placement.robot}}
-                             : json{{"state", "pending"}, {"message", "no robot fits: " + placement.why}};
+  std::string key, not_cacheable;
+  const std::optional<json> reused =
+      placed ? cached_result(item.task, *placement.robot, key, not_cacheable) : std::nullopt;
+  const bool dispatch = placed && !reused;
+  const json status = reused     ? *reused
+                      : dispatch ? json{{"state", "dispatching"}, {"message", "placed on robot " + *placement.robot}}
+                                 : json{{"state", "pending"}, {"message", "no robot fits: " + placement.why}};
+  if (reused) load_.forget(item.key);  // runs nowhere
   if (!item.exists) {
     json task = std::move(item.task);
-    if (placed) {
+    if (!key.empty()) task["metadata"]["annotations"][kCacheKeyAnnotation] = key;
+    if (dispatch) {
       task["spec"]["targetRobot"] = *placement.robot;
       task["metadata"]["annotations"][kScheduledAtAnnotation] = format_rfc3339(now(), TimePrecision::milliseconds);
     }
@@ -103,11 +143,12 @@ bool Manager::write_placement(Unplaced& item, const Placement& placement) {
       return false;
     }
   } else if (placed) {
-    const json patch = {
-        {"metadata",
-         {{"resourceVersion", crd::string_at(item.task, {"metadata", "resourceVersion"})},
-          {"annotations", {{kScheduledAtAnnotation, format_rfc3339(now(), TimePrecision::milliseconds)}}}}},
-        {"spec", {{"targetRobot", *placement.robot}}}};
+    json patch = {{"metadata", {{"resourceVersion", crd::string_at(item.task, {"metadata", "resourceVersion"})}}}};
+    if (!key.empty()) patch["metadata"]["annotations"][kCacheKeyAnnotation] = key;
+    if (dispatch) {
+      patch["metadata"]["annotations"][kScheduledAtAnnotation] = format_rfc3339(now(), TimePrecision::milliseconds);
+      patch["spec"]["targetRobot"] = *placement.robot;
+    }
     auto patched = counted("patch", client_.merge_patch(crd::kTasks, ns, name, patch));
     if (!patched) {
       load_.forget(item.key);
@@ -120,7 +161,7 @@ bool Manager::write_placement(Unplaced& item, const Placement& placement) {
              crd::string_at(item.task, {"status", "message"}) == status["message"]) {
     return true;  // says so already
   }
-  if (placed) {
+  if (dispatch) {
     std::lock_guard lock(mutex_);
     dispatch_expected_.insert(item.key);
   }
@@ -130,7 +171,13 @@ bool Manager::write_placement(Unplaced& item, const Placement& placement) {
     dispatch_expected_.erase(item.key);
     return updated.error().not_found();
   }
-  if (placed) {
+  if (!not_cacheable.empty()) record(updated.value(), "Warning", "NotCacheable", "runs uncached: " + not_cacheable);
+  if (reused) {
+    spdlog::info("task {}: {}", item.key, (*reused)["message"].get<std::string>());
+    metrics_.add("k8s4r_manager_cache_lookups_total", {{"result", "hit"}});
+    record(updated.value(), "Normal", "CacheHit", (*reused)["message"]);
+  } else if (placed) {
+    if (!key.empty()) metrics_.add("k8s4r_manager_cache_lookups_total", {{"result", "miss"}});
     spdlog::debug("task {} placed on robot {}", item.key, *placement.robot);
     record(updated.value(), "Normal", "Scheduled", "placed on robot " + *placement.robot);
   } else {

@@ -34,6 +34,19 @@ TEST(ManagerConfig, DefaultsAreTheIssuesAndClientGos) {
   EXPECT_EQ(config.renew_deadline, 10s);
   EXPECT_EQ(config.retry_period, 2s);
   EXPECT_TRUE(config.namespace_.empty());  // every namespace
+  EXPECT_EQ(config.cache_entry_max_age, 168h);
+  EXPECT_EQ(config.cache_max_entries, 10000u);
+}
+
+TEST(ManagerConfig, TheResultCachesBounds) {
+  auto outcome = parse({"--cache-entry-max-age", "1h"}, {{"K8S4R_CACHE_MAX_ENTRIES", "50"}});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_EQ(outcome.config->cache_entry_max_age, 1h);
+  EXPECT_EQ(outcome.config->cache_max_entries, 50u);
+  outcome = parse({"--cache-entry-max-age", "0s", "--cache-max-entries", "0"});
+  ASSERT_FALSE(outcome.config);
+  EXPECT_NE(outcome.output.find("cache-entry-max-age"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("cache-max-entries"), std::string::npos) << outcome.output;
 }
 
 TEST(ManagerConfig, FlagsOverTheEnvironment) {

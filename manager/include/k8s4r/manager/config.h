@@ -31,6 +31,11 @@ struct ManagerConfig {
   // disconnect-margin: added to a Task's stop window and killTimeout for its
   // default lostAfter: heartbeat writes coalesced by the bridge, clock skew.
   std::chrono::nanoseconds disconnect_margin = std::chrono::seconds(90);
+  // The result cache (docs/caching.md): entries older than this are deleted
+  // (cache-entry-max-age), and at most this many kept per namespace, the
+  // oldest deleted first (cache-max-entries).
+  std::chrono::nanoseconds cache_entry_max_age = std::chrono::hours(24 * 7);
+  std::size_t cache_max_entries = 10000;
   bool leader_elect = true;               // leader-elect
   std::string leader_election_identity;   // leader-election-identity: empty: the host name and a random suffix
   std::string leader_election_namespace;  // leader-election-namespace: empty: namespace, else the kubeconfig's

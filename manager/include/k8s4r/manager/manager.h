@@ -89,8 +89,8 @@ class Manager {
   };
 
   // manager.cpp: wiring, queues, workers, metrics, writes.
-  std::array<Controller*, 4> controllers() {
-    return {&robot_controller_, &job_controller_, &group_controller_, &task_controller_};
+  std::array<Controller*, 5> controllers() {
+    return {&robot_controller_, &job_controller_, &group_controller_, &task_controller_, &cache_controller_};
   }
   void add_handlers();
   void run_worker(Controller& controller);
@@ -127,6 +127,20 @@ class Manager {
   Outcome apply_group_plan(const std::string& key, const GroupView& view, GroupPlan& plan);
   bool mark_lost(const nlohmann::json& task, const std::string& why);
 
+  // result_store.cpp: a cacheable Task's successful run stored as a
+  // TaskCacheEntry (result_cache.h); kCacheGarbageKey: entries past
+  // cache-entry-max-age or cache-max-entries deleted.
+  Outcome reconcile_cache(const std::string& key);
+  Outcome collect_cache_garbage();
+  static constexpr const char* kCacheGarbageKey = "cache-garbage";
+  static constexpr std::chrono::minutes kCacheGarbageInterval{10};
+  // At placement: the status of a Task whose result is reused, when a fresh
+  // entry has its key; `key` is set to the key whenever it has one, so the
+  // placement records it for the store.
+  // `not_cacheable` says why a Task that asks for caching cannot be keyed.
+  std::optional<nlohmann::json> cached_result(const nlohmann::json& task, const std::string& robot, std::string& key,
+                                              std::string& not_cacheable);
+
   // scheduler.cpp
   // Chooses one robot for a replica's unplaced Tasks (beside a sibling still
   // running, when its robot still fits; only `only_robot` for a system
@@ -152,9 +166,9 @@ class Manager {
   const Clock& clock_;
   RobotPolicy robot_policy_;
 
-  std::unique_ptr<kube::Informer> robots_, secrets_, jobs_, groups_, tasks_;
+  std::unique_ptr<kube::Informer> robots_, secrets_, jobs_, groups_, tasks_, cache_entries_;
   std::unique_ptr<kube::EventRecorder> events_;
-  Controller robot_controller_, job_controller_, group_controller_, task_controller_;
+  Controller robot_controller_, job_controller_, group_controller_, task_controller_, cache_controller_;
   RobotLoad load_;
 
   std::mutex lifecycle_mutex_;  // lead() and stop(): workers start only before a stop

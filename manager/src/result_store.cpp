@@ -1,0 +1,113 @@
+// The result cache's store (docs/caching.md): a Task placed with a cache key
+// (the cache-key annotation, written at placement) that its robot reported
+// completed with exit code 0 becomes a TaskCacheEntry named after its key;
+// a newer run of the same key replaces an older entry, never the reverse.
+// Every kCacheGarbageInterval, entries older than cache-entry-max-age, and
+// the oldest beyond cache-max-entries in a namespace, are deleted.
+//
+// The store is the manager's alone (its Role; no robot or bridge may write
+// an entry), and an entry is only ever made from a Task the cache shows
+// completed: a result is never cached from a message.
+#include "k8s4r/manager/manager.h"
+
+#include "k8s4r/common/duration.h"
+#include "k8s4r/crd/resources.h"
+#include "k8s4r/manager/result_cache.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace k8s4r::manager {
+
+using nlohmann::json;
+
+namespace {
+
+// An entry's completedAt; the epoch when it has none (so it sorts oldest).
+Timestamp completed_at(const json& entry) {
+  auto parsed = parse_rfc3339(crd::string_at(entry, {"spec", "completedAt"}));
+  return parsed ? parsed.value() : Timestamp{};
+}
+
+}  // namespace
+
+Manager::Outcome Manager::reconcile_cache(const std::string& key) {
+  if (key == kCacheGarbageKey) return collect_cache_garbage();
+  Outcome outcome;
+  const auto slash = key.find('/');
+  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  const kube::ObjectPtr task = tasks_->get(ns, name);
+  if (!task) return outcome;
+  const std::string cache_key = crd::string_at(*task, {"metadata", "annotations", kCacheKeyAnnotation});
+  auto entry = cache_entry_for(*task, cache_key);
+  if (!entry) {
+    spdlog::debug("task {}: its run is not stored: {}", key, entry.error().to_string());
+    return outcome;
+  }
+  const std::string entry_name = entry.value()["metadata"]["name"];
+  if (const kube::ObjectPtr stored = cache_entries_->get(ns, entry_name)) {
+    if (crd::string_at(*stored, {"spec", "task", "uid"}) == crd::string_at(*task, {"metadata", "uid"})) return outcome;
+    if (completed_at(*stored) >= completed_at(entry.value())) return outcome;  // a run as new or newer stays
+    entry.value()["metadata"]["resourceVersion"] = crd::string_at(*stored, {"metadata", "resourceVersion"});
+    auto replaced = counted("update", client_.replace(crd::kTaskCacheEntries, ns, entry_name, entry.value()));
+    if (!replaced) {
+      if (!replaced.error().conflict() && !replaced.error().not_found())
+        spdlog::warn("task {}: storing its result: {}", key, replaced.error().to_string());
+      outcome.failed = true;  // judged again from the newer entry
+      return outcome;
+    }
+  } else {
+    auto created = counted("create", client_.create(crd::kTaskCacheEntries, ns, entry.value()));
+    if (!created) {
+      if (created.error().already_exists()) {
+        outcome.after(std::chrono::seconds(1));  // another run of the key was stored: compared once the cache has it
+        return outcome;
+      }
+      if (created.error().not_found()) {
+        spdlog::warn(
+            "task {}: its result is not stored: the TaskCacheEntry CRD is not installed "
+            "(kubectl apply -f proto-schemas/crds/)",
+            key);
+        return outcome;
+      }
+      spdlog::warn("task {}: storing its result: {}", key, created.error().to_string());
+      outcome.failed = true;
+      return outcome;
+    }
+  }
+  spdlog::info("task {}: result stored as TaskCacheEntry {}", key, entry_name);
+  record(*task, "Normal", "CacheStored",
+         "its result is stored as TaskCacheEntry " + entry_name + " for later Tasks with key " + cache_key);
+  return outcome;
+}
+
+Manager::Outcome Manager::collect_cache_garbage() {
+  Outcome outcome;
+  outcome.after(kCacheGarbageInterval);
+  if (!cache_entries_->has_synced()) return outcome;
+  const Timestamp oldest_kept = now() - config_.cache_entry_max_age;
+  std::map<std::string, std::vector<kube::ObjectPtr>> by_namespace;
+  for (const kube::ObjectPtr& entry : cache_entries_->list())
+    by_namespace[crd::string_at(*entry, {"metadata", "namespace"})].push_back(entry);
+  for (auto& [ns, entries] : by_namespace) {
+    std::sort(entries.begin(), entries.end(),
+              [](const kube::ObjectPtr& a, const kube::ObjectPtr& b) { return completed_at(*a) > completed_at(*b); });
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const bool too_old = completed_at(*entries[i]) < oldest_kept;
+      if (!too_old && i < config_.cache_max_entries) continue;
+      const std::string name = crd::string_at(*entries[i], {"metadata", "name"});
+      auto removed = counted("delete", client_.remove(crd::kTaskCacheEntries, ns, name));
+      if (!removed && !removed.error().not_found()) {
+        spdlog::warn("cache entry {}/{}: deleting it: {}", ns, name, removed.error().to_string());
+        continue;
+      }
+      spdlog::info("cache entry {}/{} deleted: {}", ns, name,
+                   too_old ? "older than cache-entry-max-age " + format_go_duration(config_.cache_entry_max_age)
+                           : "beyond cache-max-entries " + std::to_string(config_.cache_max_entries));
+    }
+  }
+  return outcome;
+}
+
+}  // namespace k8s4r::manager
