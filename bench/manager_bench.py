@@ -14,6 +14,12 @@ For each run (a fresh Job each time; the one before deleted and gone):
 Usage:
   /usr/bin/python3 bench/manager_bench.py                       # the figures in docs/performance.md
   /usr/bin/python3 bench/manager_bench.py --short               # small and quick: run by scripts/test.sh
+  /usr/bin/python3 bench/manager_bench.py --cached --tasks 1000  # the result cache: a cold run, then a warm one
+
+With --cached, --tasks tasks in Jobs of 100 task groups (the most a Job has) of one task each, every task asking for
+caching and keyed apart (its own env); the fleet reports each dispatched task completed at once. Run 1 runs and
+stores every task (--tasks TaskCacheEntries); run 2, the same Jobs under other names, completes every task from the
+cache without a dispatch.
 Exits non-zero when something did not work (a Task never running, placed on no robot); the timing goal
 (1,000 tasks on 100 robots running within 5 s) is reported, never asserted.
 """
@@ -47,7 +53,8 @@ class TaskWatch:
 
     def __init__(self, sim, job_name):
         self.sim, self.selector = sim, urllib.parse.quote(f"job={job_name}")
-        self.created, self.placed, self.running = {}, {}, {}
+        self.created, self.placed, self.running, self.completed = {}, {}, {}, {}
+        self.cached = set()
         self.robot_of = {}
         self.lock = threading.Lock()
         self.stopped = False
@@ -79,11 +86,28 @@ class TaskWatch:
                     self.robot_of[uid] = robot
                 if task.get("status", {}).get("state") == "running":
                     self.running.setdefault(uid, now)
+                if task.get("status", {}).get("state") == "completed":
+                    self.completed.setdefault(uid, now)
+                    if task["status"].get("cachedFrom"):
+                        self.cached.add(uid)
         connection.close()
 
     def counts(self):
         with self.lock:
             return len(self.created), len(self.placed), len(self.running)
+
+    @staticmethod
+    def merged(watches):
+        """What several watches saw, as one (stopped)."""
+        for each in watches:
+            each.stop()
+        into = watches[0]
+        for each in watches[1:]:
+            with each.lock:
+                for field in ("created", "placed", "running", "completed", "robot_of"):
+                    getattr(into, field).update(getattr(each, field))
+                into.cached |= each.cached
+        return into
 
     def stop(self):
         self.stopped = True
@@ -116,7 +140,8 @@ class Bench(BridgeBench):
         self.manager.start()
         self.stopping.append(self.manager.stop)
         self.fleet = Lines([str(self.args.bin / "robot_fleet"), "--broker", f"127.0.0.1:{self.broker.port}",
-                            "--robots", str(self.args.robots), "--register", "--answer-dispatch"], self.log)
+                            "--robots", str(self.args.robots), "--register", "--answer-dispatch",
+                            *(["--complete-dispatch"] if self.args.cached else [])], self.log)
         self.stopping.append(self.fleet.stop)
         ready = self.fleet.next_event(0, 300)
         assert ready["registered"] == self.args.robots, ready
@@ -199,6 +224,56 @@ class Bench(BridgeBench):
         wait_until(gone, 300, f"the Tasks of {name} to be gone")
 
 
+    def run_cached(self):
+        """A cold run of cacheable tasks, then the same Job again: time to every Task completed, the manager's CPU
+        and requests per task, and how many came from the cache."""
+        groups = [{"name": f"p{i:05d}", "count": 1,
+                   "tasks": [{"name": "work", "driver": "exec", "env": {"PART": str(i)},
+                              "cache": {"maxStaleness": "24h"},
+                              "config": {"execConfig": {"command": "/bin/true"}}}]} for i in range(self.args.tasks)]
+        entries = "/apis/robot.k8s4r.io/v1alpha1/namespaces/default/taskcacheentries"
+        for index, label in ((1, "cold"), (2, "warm")):
+            jobs = [{"apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Job",
+                     "metadata": {"name": f"cached-{index}-{n}", "namespace": "default"},
+                     "spec": {"name": f"cached-{index}-{n}", "type": "batch", "taskGroups": groups[first:first + 100]}}
+                    for n, first in enumerate(range(0, len(groups), 100))]
+            watches = [TaskWatch(self.sim, job["metadata"]["name"]) for job in jobs]
+            requests0, figures0 = self.manager_requests(), proc_figures(self.manager.process.pid)
+            started = time.monotonic()
+            self.sim.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": jobs}))
+            wait_until(lambda: sum(len(w.completed) for w in watches) == self.args.tasks, 600,
+                       f"all {self.args.tasks} tasks completed")
+            watch = TaskWatch.merged(watches)
+            completed_s = max(watch.completed.values()) - started
+            if label == "cold":
+                wait_until(lambda: len(self.sim.request("GET", entries)[2]["items"]) == self.args.tasks, 300,
+                           "every run to be stored")
+            stored_s = time.monotonic() - started
+            figures1 = proc_figures(self.manager.process.pid)
+            watch.stop()
+            requests1 = self.manager_requests()
+            by_verb = {key: requests1.get(key, 0) - requests0.get(key, 0) for key in requests1}
+            by_verb = {key: count for key, count in by_verb.items() if count}
+            result = {"run": label, "to_all_completed_s": round(completed_s, 2),
+                      "to_all_stored_s": round(stored_s, 2) if label == "cold" else None,
+                      "from_cache": len(watch.cached), "dispatched": len(watch.placed),
+                      "manager_cpu_s": round(figures1["cpu_s"] - figures0["cpu_s"], 2),
+                      "manager_cpu_ms_per_task": round((figures1["cpu_s"] - figures0["cpu_s"]) * 1000 / self.args.tasks,
+                                                       2),
+                      "manager_requests_per_task": round(sum(by_verb.values()) / self.args.tasks, 2),
+                      "manager_requests_by_verb": by_verb,
+                      "manager_peak_rss_mib": round(figures1["hwm_kib"] / 1024, 1)}
+            self.results["runs"].append(result)
+            print(f"{label}: {self.args.tasks} cacheable tasks: all completed {result['to_all_completed_s']} s after "
+                  f"kubectl apply ({result['from_cache']} from the cache, {result['dispatched']} dispatched)"
+                  + (f", all stored {result['to_all_stored_s']} s" if label == "cold" else "")
+                  + f"; manager CPU {result['manager_cpu_s']} s ({result['manager_cpu_ms_per_task']} ms per task), "
+                  f"{result['manager_requests_per_task']} requests per task {by_verb}, peak RSS "
+                  f"{result['manager_peak_rss_mib']} MiB", flush=True)
+            expected = (0, self.args.tasks) if label == "cold" else (self.args.tasks, 0)
+            assert (result["from_cache"], result["dispatched"]) == expected, result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", type=pathlib.Path, default=REPO / "build" / "bench",
@@ -209,6 +284,7 @@ def main():
     parser.add_argument("--short", action="store_true", help="20 robots, 100 tasks, one run")
     parser.add_argument("--json", type=pathlib.Path, help="write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs) and say where")
+    parser.add_argument("--cached", action="store_true", help="measure the result cache: a cold run, then a warm one")
     args = parser.parse_args()
     if args.short:
         args.robots, args.tasks, args.repeats = 20, 100, 1
@@ -220,6 +296,9 @@ def main():
         bench = Bench(args, pathlib.Path(directory))
         try:
             bench.start()
+            if args.cached:
+                bench.run_cached()
+                args.repeats = 0
             for index in range(1, args.repeats + 1):
                 bench.run(index)
         except Exception:
@@ -231,6 +310,10 @@ def main():
         finally:
             bench.stop()
     runs = bench.results["runs"]
+    if args.cached:
+        if args.json:
+            args.json.write_text(json.dumps(bench.results, indent=2))
+        return
     median = {key: statistics.median(run[key] for run in runs)
               for key in ("to_all_created_s", "to_all_placed_s", "to_all_running_s", "manager_requests_per_task",
                           "manager_cpu_s", "manager_peak_rss_mib")}

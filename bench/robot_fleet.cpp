@@ -21,7 +21,8 @@
 // With --answer-dispatch every robot also subscribes to its dispatch topic
 // and reports each Task it is sent running (seq 1) at once, as an agent that
 // started it would, and failed (seq 2) when it is told to delete it (the
-// manager's benchmark, bench/manager_bench.py).
+// manager's benchmark, bench/manager_bench.py). With --complete-dispatch it
+// reports each one completed (seq 2, exit code 0) right after.
 // Count mode (--count-topic T) is the bare subscriber the bridge is measured
 // against: one client subscribed to T at --count-qos (0), printing
 // {"t":CLOCK_MONOTONIC ns,"count":N} every 100 ms.
@@ -251,7 +252,10 @@ class Fleet {
     }
   }
 
-  void answer_dispatches(bool on) { answer_dispatch_ = on; }
+  void answer_dispatches(bool on, bool complete) {
+    answer_dispatch_ = on;
+    complete_dispatch_ = complete;
+  }
 
   void disconnect_all() {
     for (Robot& robot : robots_) {
@@ -419,7 +423,18 @@ class Fleet {
         return;
       }
       try {
-        self->publish(robot, "k8s4r/robots/" + robot.id + "/tasks/" + uid + "/status", report.dump(), false);
+        const std::string status_topic = "k8s4r/robots/" + robot.id + "/tasks/" + uid + "/status";
+        self->publish(robot, status_topic, report.dump(), false);
+        if (action == "create" && self->complete_dispatch_) {
+          report.update({{"seq", 2},
+                         {"state", "completed"},
+                         {"event", "Exited"},
+                         {"exitCode", 0},
+                         {"message", "exited with code 0"},
+                         {"logs", "done\n"},
+                         {"finishedAt", rfc3339_now()}});
+          self->publish(robot, status_topic, report.dump(), false);
+        }
       } catch (const std::exception& error) {
         self->failure_ = error.what();
       }
@@ -446,6 +461,7 @@ class Fleet {
   std::string failure_;  // set by a callback, thrown by check()
   bool stdin_closed_ = false;
   bool answer_dispatch_ = false;
+  bool complete_dispatch_ = false;
   int connected_ = 0;
   int registered_ = 0;
   long long register_messages_ = 0;
@@ -461,7 +477,7 @@ int main(int argc, char** argv) {
   CLI::App app{"A fleet of simulated robots, each with its own MQTT connection (bench/bridge_bench.py drives it)"};
   std::string broker = "127.0.0.1:1883", prefix = "sim-robot-", count_topic;
   int robots = 100, first = 0, keepalive = 60;
-  bool register_robots = false, answer_dispatch = false;
+  bool register_robots = false, answer_dispatch = false, complete_dispatch = false;
   app.add_option("--broker", broker, "HOST:PORT of the MQTT broker");
   app.add_option("--robots", robots, "how many robots")->check(CLI::Range(1, 60000));
   app.add_option("--prefix", prefix, "robot ids are PREFIX00000, PREFIX00001, ...");
@@ -471,6 +487,8 @@ int main(int argc, char** argv) {
   app.add_option("--keepalive", keepalive, "MQTT keepalive, seconds");
   app.add_flag("--register", register_robots, "register every robot and wait for the bridge's answers");
   app.add_flag("--answer-dispatch", answer_dispatch, "report every Task dispatched to a robot running at once");
+  app.add_flag("--complete-dispatch", complete_dispatch,
+               "with --answer-dispatch, report it completed (exit code 0) right after");
   int count_qos = 0;
   app.add_option("--count-topic", count_topic, "be the bare subscriber of this topic instead of a fleet");
   app.add_option("--count-qos", count_qos, "the bare subscriber's QoS (0, as the bridge takes heartbeats)")
@@ -488,7 +506,7 @@ int main(int argc, char** argv) {
       fleet.connect(0, 1, "bench-subscriber-", true, count_topic, count_qos);
       fleet.count_forever();
     } else {
-      fleet.answer_dispatches(answer_dispatch);
+      fleet.answer_dispatches(answer_dispatch, complete_dispatch);
       fleet.connect(first, robots, prefix, true, "");
       if (register_robots) fleet.register_all();
       say(fleet.summary());

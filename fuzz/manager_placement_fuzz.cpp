@@ -65,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // a reason; a reused result is always a success that says where it came from.
   {
     const std::string key = "sha256:" + std::string(64, 'c');
-    if (auto entry = manager::cache_entry_for(value, key);
+    if (auto entry = manager::cache_entry_for(value, key, parse_rfc3339("2026-11-27T10:00:00Z").value());
         entry && (entry.value()["spec"]["key"] != key || entry.value()["spec"]["exitCode"] != 0))
       __builtin_trap();
     using namespace std::chrono_literals;

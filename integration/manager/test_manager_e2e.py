@@ -508,7 +508,7 @@ def test_a_cached_task_runs_once_across_identical_jobs_and_what_changes_its_resu
     entry = entries()[0]
     first = tasks_of_job(sim, "maps-1")[0]
     assert entry["spec"]["task"] == {"name": "maps-1-g-r0-work", "uid": first["metadata"]["uid"]}, entry
-    assert entry["spec"]["key"] == first["metadata"]["annotations"]["robot.k8s4r.io/cache-key"]
+    assert entry["spec"]["key"] == first["status"]["cacheKey"]
     assert entry["metadata"]["name"] == entry["spec"]["key"].replace(":", "-")
     assert "map built" in entry["spec"]["logs"]
 
@@ -547,3 +547,9 @@ def test_a_cached_task_runs_once_across_identical_jobs_and_what_changes_its_resu
         wait_job(sim, f"broken-{n}", "failed", 60)
     assert {"ran broken-5-g-r0-work", "ran broken-6-g-r0-work"} <= set(ran())
     assert len(entries()) == 2
+
+    # A system job's work is on each robot: never answered from the cache, and it says so.
+    apply(sim, job("everywhere", [cached_group("g", 1, script)], job_type="system"))
+    wait_until(lambda: any(r.startswith("ran everywhere") for r in ran()), 30, "the system job's task to run")
+    wait_until(lambda: any(e["reason"] == "NotCacheable" for t in tasks_of_job(sim, "everywhere")
+                           for e in events_of(sim, t["metadata"]["name"])), 20, "a NotCacheable Event")

@@ -222,23 +222,27 @@ void Manager::add_handlers() {
     if (state != crd::TaskState::dispatching || gone)
       seen_dispatching_.erase(crd::string_at(task, {"metadata", "uid"}));
   };
-  // A placed cacheable Task that completed: its run may be stored.
-  const auto store = [this](const json& task) {
-    if (crd::string_at(task, {"metadata", "annotations", kCacheKeyAnnotation}).empty()) return;
-    if (crd::read_task(task).state == crd::TaskState::completed) cache_controller_.queue->add(key_of(task));
+  // A Task dispatched with a cache key that has just completed: its run may
+  // be stored. Only as it completes, never from a relist: an entry deleted
+  // (by hand, or as too old) does not come back from a Task that ended long
+  // ago. A run that completes while no manager runs is not stored: a miss.
+  const auto store = [this](const json& old_task, const json& task) {
+    if (crd::string_at(task, {"status", "cacheKey"}).empty()) return;
+    if (crd::read_task(task).state == crd::TaskState::completed &&
+        crd::read_task(old_task).state != crd::TaskState::completed)
+      cache_controller_.queue->add(key_of(task));
   };
   tasks_->add_handler(
-      kube::EventHandler{[this, seen, store](const kube::ObjectPtr& task) {
+      kube::EventHandler{[this, seen](const kube::ObjectPtr& task) {
                            seen(*task, false);
                            load_.observe(*task);
                            enqueue_group_of_task(*task);
-                           store(*task);
                          },
                          [this, seen, store](const kube::ObjectPtr& old_task, const kube::ObjectPtr& task) {
                            seen(*task, false);
                            load_.observe(*task);
                            enqueue_group_of_task(*task);
-                           store(*task);
+                           store(*old_task, *task);
                            const auto before = crd::read_task(*old_task).state, after = crd::read_task(*task).state;
                            if (after && crd::is_terminal(*after) && !(before && crd::is_terminal(*before)))
                              enqueue_waiting_groups();

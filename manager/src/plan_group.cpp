@@ -72,8 +72,9 @@ std::optional<std::string> lost_reason(const GroupView& view, const json& task, 
   return verdict.lost;
 }
 
-Unplaced unplaced(std::string key, json task, bool exists) {
+Unplaced unplaced(std::string key, json task, bool exists, const std::string& job_type) {
   Unplaced item{std::move(key), std::move(task), exists};
+  item.job_type = job_type;
   if (auto resources = task_resources(crd::value_at(item.task, {"spec"}))) {
     item.cpu_milli = resources.value().cpu_milli;
     item.memory_bytes = resources.value().memory_bytes;
@@ -172,7 +173,7 @@ GroupPlan plan_group(const GroupView& view) {
     const auto add_new = [&](json task) {
       std::string key = key_of(task);
       if (view.expected_creates.count(key)) return;  // made already; the cache is behind
-      work.tasks.push_back(unplaced(std::move(key), std::move(task), false));
+      work.tasks.push_back(unplaced(std::move(key), std::move(task), false, type));
     };
     for (std::size_t index = 0; index < templates.value().size(); ++index) {
       json& wanted_task = templates.value()[index];
@@ -196,7 +197,7 @@ GroupPlan plan_group(const GroupView& view) {
           if (assumed != view.assumed_robots.end()) robot = assumed->second.substr(assumed->second.find('/') + 1);
         }
         if (robot.empty()) {
-          work.tasks.push_back(unplaced(key_of(newest), newest, true));
+          work.tasks.push_back(unplaced(key_of(newest), newest, true, type));
           continue;
         }
         work.sibling_robot = robot;

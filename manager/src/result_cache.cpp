@@ -35,9 +35,12 @@ Result<std::string> cache_entry_name(const std::string& key) {
   return "sha256-" + key.substr(kKeyPrefix.size());
 }
 
-Result<json> cache_entry_for(const json& task, const std::string& key) {
+Result<json> cache_entry_for(const json& task, const std::string& key, Timestamp now) {
   auto name = cache_entry_name(key);
   if (!name) return name.error();
+  auto request = cache_request(task);
+  if (!request) return request.error();
+  if (!request.value()) return Error{"spec.cache", "is not set: the task did not ask for caching"};
   const json& status = crd::value_at(task, {"status"});
   const std::string state = crd::string_at(status, {"state"});
   if (state != "completed") return Error{"status.state", "is " + state + ": only a completed run is stored"};
@@ -53,7 +56,7 @@ Result<json> cache_entry_for(const json& task, const std::string& key) {
   if (!finished_at) return Error{"status.finishedAt", "is not an RFC 3339 time: " + finished_at.error().message};
   json spec = {{"key", key},
                {"task", {{"name", crd::string_at(task, {"metadata", "name"})}}},
-               {"completedAt", format_rfc3339(finished_at.value(), TimePrecision::milliseconds)},
+               {"completedAt", format_rfc3339(std::min(finished_at.value(), now), TimePrecision::milliseconds)},
                {"exitCode", 0}};
   if (const std::string uid = crd::string_at(task, {"metadata", "uid"}); !uid.empty()) spec["task"]["uid"] = uid;
   if (const std::string job = crd::string_at(task, {"spec", "jobName"}); !job.empty()) spec["job"] = job;

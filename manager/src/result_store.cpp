@@ -1,7 +1,8 @@
-// The result cache's store (docs/caching.md): a Task placed with a cache key
-// (the cache-key annotation, written at placement) that its robot reported
-// completed with exit code 0 becomes a TaskCacheEntry named after its key;
-// a newer run of the same key replaces an older entry, never the reverse.
+// The result cache's store (docs/caching.md): a Task dispatched with a cache
+// key (status.cacheKey, written with its dispatch) that completed with exit
+// code 0 becomes a TaskCacheEntry named after its key, if its key, computed
+// again from its spec and its robot now, is still that key; a run that ended
+// at least kRefreshAfter after the stored one replaces it, never the reverse.
 // Every kCacheGarbageInterval, entries older than cache-entry-max-age, and
 // the oldest beyond cache-max-entries in a namespace, are deleted.
 //
@@ -24,6 +25,8 @@ using nlohmann::json;
 
 namespace {
 
+constexpr std::chrono::minutes kRefreshAfter{1};
+
 // An entry's completedAt; the epoch when it has none (so it sorts oldest).
 Timestamp completed_at(const json& entry) {
   auto parsed = parse_rfc3339(crd::string_at(entry, {"spec", "completedAt"}));
@@ -39,16 +42,29 @@ Manager::Outcome Manager::reconcile_cache(const std::string& key) {
   const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
   const kube::ObjectPtr task = tasks_->get(ns, name);
   if (!task) return outcome;
-  const std::string cache_key = crd::string_at(*task, {"metadata", "annotations", kCacheKeyAnnotation});
-  auto entry = cache_entry_for(*task, cache_key);
+  const std::string recorded = crd::string_at(*task, {"status", "cacheKey"});
+  auto entry = cache_entry_for(*task, recorded, now());
   if (!entry) {
     spdlog::debug("task {}: its run is not stored: {}", key, entry.error().to_string());
+    return outcome;
+  }
+  // What the recorded key says is what the Task is: not stored if its spec
+  // or its robot's class changed since the dispatch.
+  const kube::ObjectPtr robot = robots_->get(ns, crd::string_at(*task, {"spec", "targetRobot"}));
+  auto request = cache_request(*task);
+  auto again = robot && request && request.value() ? cache_key(*task, *request.value(), *robot)
+                                                   : Result<std::string>(Error{"spec.targetRobot", "no such Robot"});
+  if (!again || again.value() != recorded) {
+    spdlog::warn("task {}: its result is not stored: its key is no longer {} ({})", key, recorded,
+                 again ? "its spec or its robot's class changed" : again.error().to_string());
     return outcome;
   }
   const std::string entry_name = entry.value()["metadata"]["name"];
   if (const kube::ObjectPtr stored = cache_entries_->get(ns, entry_name)) {
     if (crd::string_at(*stored, {"spec", "task", "uid"}) == crd::string_at(*task, {"metadata", "uid"})) return outcome;
-    if (completed_at(*stored) >= completed_at(entry.value())) return outcome;  // a run as new or newer stays
+    // A run as new or newer stays; so does one less than kRefreshAfter older
+    // (identical Tasks completing together would otherwise each rewrite it).
+    if (completed_at(*stored) + kRefreshAfter >= completed_at(entry.value())) return outcome;
     entry.value()["metadata"]["resourceVersion"] = crd::string_at(*stored, {"metadata", "resourceVersion"});
     auto replaced = counted("update", client_.replace(crd::kTaskCacheEntries, ns, entry_name, entry.value()));
     if (!replaced) {
@@ -78,7 +94,7 @@ Manager::Outcome Manager::reconcile_cache(const std::string& key) {
   }
   spdlog::info("task {}: result stored as TaskCacheEntry {}", key, entry_name);
   record(*task, "Normal", "CacheStored",
-         "its result is stored as TaskCacheEntry " + entry_name + " for later Tasks with key " + cache_key);
+         "its result is stored as TaskCacheEntry " + entry_name + " for later Tasks with key " + recorded);
   return outcome;
 }
 

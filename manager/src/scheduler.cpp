@@ -10,12 +10,12 @@
 // status.state dispatching, which the bridge acts on. A Task nothing fits
 // stays pending with the reason, and its group waits for a robot to change.
 //
-// A Task that asks for caching (spec.cache) is keyed for the robot it was
-// placed on (its class: os, arch, keyLabels); a fresh TaskCacheEntry with
-// that key in its namespace completes it there and then, undispatched, with
-// the entry's result (CacheHit). Otherwise it is dispatched with its key
-// recorded (the cache-key annotation), so its successful run is stored
-// (result_store.cpp).
+// A batch Job's Task that asks for caching (spec.cache) is keyed for the
+// robot it was placed on (its class: os, arch, keyLabels); a fresh
+// TaskCacheEntry with that key in its namespace completes it there and then,
+// undispatched, with the entry's result (CacheHit). Otherwise it is
+// dispatched with its key in the same status write (status.cacheKey), so its
+// successful run is stored (result_store.cpp).
 #include "k8s4r/manager/manager.h"
 
 #include "k8s4r/crd/resources.h"
@@ -83,15 +83,22 @@ Placement Manager::plan_replica(const json& task_group, const TaskNeeds& needs, 
   return placement;
 }
 
-std::optional<json> Manager::cached_result(const json& task, const std::string& robot, std::string& key,
+std::optional<json> Manager::cached_result(const Unplaced& item, const std::string& robot, std::string& key,
                                            std::string& not_cacheable) {
   key.clear();
+  const json& task = item.task;
   auto request = cache_request(task);
   if (!request) {
     not_cacheable = request.error().to_string();
     return std::nullopt;
   }
   if (!request.value()) return std::nullopt;
+  if (!item.job_type.empty() && item.job_type != "batch") {
+    // Reused, a service's task would be replaced by one that also never
+    // runs; a system job's work is on each robot.
+    not_cacheable = "spec.cache: a " + item.job_type + " Job's tasks are not cached: their work is to run";
+    return std::nullopt;
+  }
   const std::string ns = crd::string_at(task, {"metadata", "namespace"});
   const kube::ObjectPtr robot_object = robots_->get(ns, robot);
   if (!robot_object) return std::nullopt;
@@ -113,16 +120,16 @@ bool Manager::write_placement(Unplaced& item, const Placement& placement) {
   const std::string name = crd::string_at(item.task, {"metadata", "name"});
   const bool placed = placement.robot.has_value();
   std::string key, not_cacheable;
-  const std::optional<json> reused =
-      placed ? cached_result(item.task, *placement.robot, key, not_cacheable) : std::nullopt;
+  const std::optional<json> reused = placed ? cached_result(item, *placement.robot, key, not_cacheable) : std::nullopt;
   const bool dispatch = placed && !reused;
-  const json status = reused     ? *reused
-                      : dispatch ? json{{"state", "dispatching"}, {"message", "placed on robot " + *placement.robot}}
-                                 : json{{"state", "pending"}, {"message", "no robot fits: " + placement.why}};
+  json status = reused     ? *reused
+                : dispatch ? json{{"state", "dispatching"}, {"message", "placed on robot " + *placement.robot}}
+                           : json{{"state", "pending"}, {"message", "no robot fits: " + placement.why}};
+  // Where only the manager and the bridge write: the key its run is stored under.
+  if (dispatch && !key.empty()) status["cacheKey"] = key;
   if (reused) load_.forget(item.key);  // runs nowhere
   if (!item.exists) {
     json task = std::move(item.task);
-    if (!key.empty()) task["metadata"]["annotations"][kCacheKeyAnnotation] = key;
     if (dispatch) {
       task["spec"]["targetRobot"] = *placement.robot;
       task["metadata"]["annotations"][kScheduledAtAnnotation] = format_rfc3339(now(), TimePrecision::milliseconds);
@@ -144,7 +151,6 @@ bool Manager::write_placement(Unplaced& item, const Placement& placement) {
     }
   } else if (placed) {
     json patch = {{"metadata", {{"resourceVersion", crd::string_at(item.task, {"metadata", "resourceVersion"})}}}};
-    if (!key.empty()) patch["metadata"]["annotations"][kCacheKeyAnnotation] = key;
     if (dispatch) {
       patch["metadata"]["annotations"][kScheduledAtAnnotation] = format_rfc3339(now(), TimePrecision::milliseconds);
       patch["spec"]["targetRobot"] = *placement.robot;

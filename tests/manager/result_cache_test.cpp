@@ -15,8 +15,7 @@ const std::string kKey = "sha256:" + std::string(64, 'a');
 
 json completed_task() {
   return json::parse(R"({
-    "metadata": {"name": "build-map-0", "namespace": "lab", "uid": "u-1",
-                 "annotations": {"robot.k8s4r.io/cache-key": "sha256:aaaa"}},
+    "metadata": {"name": "build-map-0", "namespace": "lab", "uid": "u-1"},
     "spec": {"name": "build-map", "jobName": "maps", "targetRobot": "robot-1", "driver": "exec",
              "cache": {"maxStaleness": "24h"}},
     "status": {"state": "completed", "exitCode": 0, "finishedAt": "2026-11-27T10:00:00.250Z",
@@ -25,6 +24,8 @@ json completed_task() {
 }
 
 Timestamp at(const std::string& text) { return parse_rfc3339(text).value(); }
+
+const Timestamp kNow = at("2026-11-27T10:00:05Z");  // the manager's clock as it stores
 
 TEST(ResultCache, AnEntryIsNamedAfterItsKeyAndNothingElseNamesOne) {
   EXPECT_EQ(cache_entry_name(kKey).value(), "sha256-" + std::string(64, 'a'));
@@ -36,7 +37,7 @@ TEST(ResultCache, AnEntryIsNamedAfterItsKeyAndNothingElseNamesOne) {
 }
 
 TEST(ResultCache, ASuccessfulRunIsStoredWithWhereAndWhenItRan) {
-  const auto entry = cache_entry_for(completed_task(), kKey);
+  const auto entry = cache_entry_for(completed_task(), kKey, kNow);
   ASSERT_TRUE(entry) << entry.error().to_string();
   EXPECT_EQ(entry.value(), json::parse(R"({
     "apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "TaskCacheEntry",
@@ -51,7 +52,7 @@ TEST(ResultCache, ASuccessfulRunIsStoredWithWhereAndWhenItRan) {
 
 TEST(ResultCache, OnlyASuccessfulRunOfItsOwnIsStored) {
   auto field_of = [](const json& task) {
-    const auto entry = cache_entry_for(task, kKey);
+    const auto entry = cache_entry_for(task, kKey, kNow);
     return entry ? std::string("stored") : entry.error().field;
   };
   json task = completed_task();
@@ -75,24 +76,37 @@ TEST(ResultCache, OnlyASuccessfulRunOfItsOwnIsStored) {
   task = completed_task();
   task["status"].erase("finishedAt");
   EXPECT_EQ(field_of(task), "status.finishedAt");
-  EXPECT_EQ(cache_entry_for(completed_task(), "sha256:nothex").error().field, "key");
+  task = completed_task();
+  task["spec"].erase("cache");  // never asked for caching
+  EXPECT_EQ(field_of(task), "spec.cache");
+  task["spec"]["cache"] = {{"salt", "v1"}};  // malformed: no maxStaleness
+  EXPECT_EQ(field_of(task), "spec.cache.maxStaleness");
+  EXPECT_EQ(cache_entry_for(completed_task(), "sha256:nothex", kNow).error().field, "key");
+}
+
+// A robot's clock set ahead must not make an entry that never grows old (or
+// that no honest run could replace): no entry is newer than its store.
+TEST(ResultCache, AnEntryIsNeverDatedAfterItWasStored) {
+  json task = completed_task();
+  task["status"]["finishedAt"] = "2200-01-01T00:00:00Z";
+  EXPECT_EQ(cache_entry_for(task, kKey, kNow).value()["spec"]["completedAt"], "2026-11-27T10:00:05.000Z");
 }
 
 TEST(ResultCache, AnEntryKeepsTheEndOfALongLogWholeCharacters) {
   json task = completed_task();
   task["status"]["logs"] = std::string(kMaxCacheEntryLogBytes, 'x') + "\xc3\xa9" + "end";  // é, then "end"
-  const std::string logs = cache_entry_for(task, kKey).value()["spec"]["logs"];
+  const std::string logs = cache_entry_for(task, kKey, kNow).value()["spec"]["logs"];
   EXPECT_LE(logs.size(), kMaxCacheEntryLogBytes);
   EXPECT_EQ(logs.substr(logs.size() - 5),
             "\xc3\xa9"
             "end");
   task["status"]["logs"] = "\xc3\xa9" + std::string(kMaxCacheEntryLogBytes - 1, 'x');  // cut inside the é
-  const std::string cut = cache_entry_for(task, kKey).value()["spec"]["logs"];
+  const std::string cut = cache_entry_for(task, kKey, kNow).value()["spec"]["logs"];
   EXPECT_EQ(cut, std::string(kMaxCacheEntryLogBytes - 1, 'x'));
 }
 
 TEST(ResultCache, AStoredRunIsReusedWithinMaxStalenessAndSaysWhereItCameFrom) {
-  const json entry = cache_entry_for(completed_task(), kKey).value();
+  const json entry = cache_entry_for(completed_task(), kKey, kNow).value();
   const CacheRequest day{24h, "", {}};
   const auto hit = cache_hit_status(entry, kKey, day, at("2026-11-28T09:59:59Z"));
   ASSERT_TRUE(hit);
@@ -109,7 +123,7 @@ TEST(ResultCache, AStoredRunIsReusedWithinMaxStalenessAndSaysWhereItCameFrom) {
 }
 
 TEST(ResultCache, AStaleEntryReuseTurnedOffOrAnEntryOfAnotherKeyRunsTheTask) {
-  const json entry = cache_entry_for(completed_task(), kKey).value();
+  const json entry = cache_entry_for(completed_task(), kKey, kNow).value();
   EXPECT_FALSE(cache_hit_status(entry, kKey, CacheRequest{24h, "", {}}, at("2026-11-28T10:00:01Z")));
   EXPECT_FALSE(cache_hit_status(entry, kKey, CacheRequest{0s, "", {}}, at("2026-11-27T10:00:01Z")));
   const std::string other = "sha256:" + std::string(64, 'b');

@@ -136,9 +136,9 @@ class Manager {
   static constexpr std::chrono::minutes kCacheGarbageInterval{10};
   // At placement: the status of a Task whose result is reused, when a fresh
   // entry has its key; `key` is set to the key whenever it has one, so the
-  // placement records it for the store.
+  // dispatch records it for the store (status.cacheKey).
   // `not_cacheable` says why a Task that asks for caching cannot be keyed.
-  std::optional<nlohmann::json> cached_result(const nlohmann::json& task, const std::string& robot, std::string& key,
+  std::optional<nlohmann::json> cached_result(const Unplaced& item, const std::string& robot, std::string& key,
                                               std::string& not_cacheable);
 
   // scheduler.cpp

@@ -66,6 +66,9 @@ struct Unplaced {
   nlohmann::json task;  // to create (no uid), or the cached Task
   bool exists = false;  // in the cache: patched, not created
   std::int64_t cpu_milli = 0, memory_bytes = 0;
+  // Its Job's type: only a batch Job's tasks use the result cache (a
+  // service's or a system job's work is to run, on each robot).
+  std::string job_type = "batch";
 };
 
 // One replica's unplaced Tasks, placed together.

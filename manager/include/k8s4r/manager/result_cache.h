@@ -1,12 +1,14 @@
 // The task result cache's two decisions (docs/caching.md), as pure
 // functions over resources:
 //
-//   store   a Task that asked for caching and completed with exit code 0,
-//           reported by its robot, becomes a TaskCacheEntry under the key
-//           the manager recorded on it at placement (the cache-key
-//           annotation). Nothing else is stored: a failed, cancelled,
-//           timed-out or lost run, or a result that itself came from the
-//           cache.
+//   store   a Task that asked for caching and completed with exit code 0
+//           becomes a TaskCacheEntry under the key the manager recorded in
+//           its status at placement (status.cacheKey, which only the
+//           manager and the bridge may write). Nothing else is stored: a
+//           failed, cancelled, timed-out or lost run, or a result that
+//           itself came from the cache. Its time is when the robot says the
+//           run ended, but never later than the manager's now, so a robot's
+//           clock set ahead cannot make an entry that never grows old.
 //   reuse   a later Task with the same key, placed in the same namespace,
 //           completes from the entry without being dispatched, if the
 //           entry is no older than its spec.cache.maxStaleness ("0s": never
@@ -30,19 +32,15 @@
 
 namespace k8s4r::manager {
 
-// On a placed Task: the key its run is stored under, computed at placement
-// (the key depends on the robot it was placed on).
-inline constexpr const char* kCacheKeyAnnotation = "robot.k8s4r.io/cache-key";
-
 // The largest log tail an entry keeps (the end of the Task's status.logs).
 inline constexpr std::size_t kMaxCacheEntryLogBytes = 16 * 1024;
 
 // "sha256-<hex>" for "sha256:<hex>"; an error for what is not a key.
 Result<std::string> cache_entry_name(const std::string& key);
 
-// The TaskCacheEntry that stores `task`'s run under `key`, or why the run is
-// not stored (its field says which part of the Task decided).
-Result<nlohmann::json> cache_entry_for(const nlohmann::json& task, const std::string& key);
+// The TaskCacheEntry that stores `task`'s run under `key` at `now`, or why
+// the run is not stored (its field says which part of the Task decided).
+Result<nlohmann::json> cache_entry_for(const nlohmann::json& task, const std::string& key, Timestamp now);
 
 // The status of a Task that reuses `entry` (found under `key`) at `now`, or
 // nullopt when it may not: reuse off (maxStaleness 0), the entry older than
