@@ -98,9 +98,17 @@ Result<std::string> cache_key_material(const json& task, const CacheRequest& req
     }
   }
   material["artifacts"] = std::move(artifacts);
-  // The robot class: what the same inputs may produce differently on.
-  json robot_class = {{"os", crd::value_at(robot, {"status", "deviceInfo", "platform", "os"})},
-                      {"arch", crd::value_at(robot, {"status", "deviceInfo", "platform", "arch"})}};
+  // The robot class: what the same inputs may produce differently on. A
+  // robot that has not said its os and arch would share one class with
+  // every other such robot, whatever they are: no key.
+  const json& os = crd::value_at(robot, {"status", "deviceInfo", "platform", "os"});
+  const json& arch = crd::value_at(robot, {"status", "deviceInfo", "platform", "arch"});
+  if (!os.is_string() || !arch.is_string() || os.get<std::string>().empty() || arch.get<std::string>().empty()) {
+    return Error{"status.deviceInfo.platform",
+                 "robot " + crd::string_at(robot, {"metadata", "name"}) +
+                     " has not reported its os and arch, which are part of the key: the task is not cacheable there"};
+  }
+  json robot_class = {{"os", os}, {"arch", arch}};
   json labels = json::object();
   const json& robot_labels = crd::value_at(robot, {"spec", "labels"});
   for (const std::string& name : request.key_labels) {

@@ -26,6 +26,10 @@ using nlohmann::json;
 namespace {
 
 constexpr std::chrono::minutes kRefreshAfter{1};
+// Only a run that has just ended is stored: a manager that takes the lead
+// with completions queued long ago must not bring back an entry deleted
+// meanwhile (by hand, or as too old).
+constexpr std::chrono::minutes kStoreWithin{10};
 
 // An entry's completedAt; the epoch when it has none (so it sorts oldest).
 Timestamp completed_at(const json& entry) {
@@ -46,6 +50,10 @@ Manager::Outcome Manager::reconcile_cache(const std::string& key) {
   auto entry = cache_entry_for(*task, recorded, now());
   if (!entry) {
     spdlog::debug("task {}: its run is not stored: {}", key, entry.error().to_string());
+    return outcome;
+  }
+  if (elapsed(completed_at(entry.value()), now()) > kStoreWithin) {
+    spdlog::debug("task {}: its run ended more than {} ago: not stored", key, format_go_duration(kStoreWithin));
     return outcome;
   }
   // What the recorded key says is what the Task is: not stored if its spec

@@ -132,5 +132,24 @@ TEST(CacheKey, AnArtifactWithoutAChecksumMakesTheTaskNotCacheableAndSaysWhich) {
   EXPECT_NE(key.error().message.find("not cacheable"), std::string::npos);
 }
 
+// A robot that has not said its os and arch would share one class with every
+// other such robot, whatever they are: not keyed there.
+TEST(CacheKey, ARobotThatHasNotReportedItsPlatformGivesNoKey) {
+  const auto request = cache_request(task()).value();
+  for (const char* missing : {"os", "arch"}) {
+    json r = robot();
+    r["status"]["deviceInfo"]["platform"].erase(missing);
+    const auto key = cache_key(task(), *request, r);
+    ASSERT_FALSE(key) << missing;
+    EXPECT_EQ(key.error().field, "status.deviceInfo.platform");
+  }
+  json bare = robot();
+  bare.erase("status");
+  EXPECT_FALSE(cache_key(task(), *request, bare));
+  json empty = robot();
+  empty["status"]["deviceInfo"]["platform"]["arch"] = "";
+  EXPECT_FALSE(cache_key(task(), *request, empty));
+}
+
 }  // namespace
 }  // namespace k8s4r::manager
