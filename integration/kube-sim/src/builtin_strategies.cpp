@@ -233,7 +233,10 @@ void validate_event(const ResourceType& request, const json& object, std::vector
     causes.push_back(invalid_value("type", "\"\"", "has invalid value: " + type));
   if (object.contains("series") && object["series"].is_object()) {
     const json& series = object["series"];
-    if (series.value("count", 0) < 2) causes.push_back(invalid_value("series.count", "\"\"", "should be at least 2"));
+    // json::value would throw on a count of another type: any other type is as invalid as a small count.
+    const json& count = series.contains("count") ? series["count"] : json(nullptr);
+    if (!count.is_number_integer() || count.get<long long>() < 2)
+      causes.push_back(invalid_value("series.count", "\"\"", "should be at least 2"));
     if (!series.contains("lastObservedTime") || series["lastObservedTime"].is_null())
       causes.push_back(required("series.lastObservedTime"));
   }
@@ -241,7 +244,9 @@ void validate_event(const ResourceType& request, const json& object, std::vector
     if (object.contains(field) && !object[field].is_null())
       causes.push_back(invalid_value(field, "\"\"", "needs to be unset"));
   }
-  if (object.value("count", 0) != 0) causes.push_back(invalid_value("count", "\"\"", "needs to be unset"));
+  if (object.contains("count") && !object["count"].is_null() &&
+      !(object["count"].is_number_integer() && object["count"].get<long long>() == 0))
+    causes.push_back(invalid_value("count", "\"\"", "needs to be unset"));
   if (object.contains("source") && object["source"].is_object() && !object["source"].empty())
     causes.push_back(invalid_value("source", "\"\"", "needs to be unset"));
 }

@@ -108,9 +108,10 @@ std::vector<ResourceType> types_from_crd(const json& crd, std::vector<CrdProblem
     type.status_subresource = version.contains("subresources") && version["subresources"].contains("status");
     type.schema = std::make_shared<const json>(schema);
     for (const json& column : version.value("additionalPrinterColumns", json::array())) {
-      type.columns.push_back({column.value("name", ""), column.value("type", "string"), column.value("format", ""),
-                              column.value("description", ""), column.value("jsonPath", ""),
-                              column.value("priority", 0)});
+      type.columns.push_back(
+          {column.value("name", ""), column.value("type", "string"), column.value("format", ""),
+           column.value("description", ""), column.value("jsonPath", ""),
+           column.contains("priority") && column["priority"].is_number_integer() ? column["priority"].get<int>() : 0});
     }
     if (!version.contains("additionalPrinterColumns")) type.columns.push_back(age_column());
     for (const json& field : version.value("selectableFields", json::array())) {
