@@ -73,6 +73,12 @@ Result<json> cache_entry_for(const json& task, const std::string& key, Timestamp
               {"spec", std::move(spec)}};
 }
 
+std::optional<Timestamp> cache_entry_completed_at(const json& entry) {
+  auto parsed = parse_rfc3339(crd::string_at(entry, {"spec", "completedAt"}));
+  if (!parsed) return std::nullopt;
+  return parsed.value();
+}
+
 std::optional<json> cache_hit_status(const json& entry, const std::string& key, const CacheRequest& request,
                                      Timestamp now) {
   if (request.max_staleness <= std::chrono::nanoseconds::zero()) return std::nullopt;
@@ -81,7 +87,7 @@ std::optional<json> cache_hit_status(const json& entry, const std::string& key, 
   const json& exit_code = crd::value_at(spec, {"exitCode"});
   if (!exit_code.is_null() && (!exit_code.is_number_integer() || exit_code.get<long long>() != 0)) return std::nullopt;
   const std::string completed = crd::string_at(spec, {"completedAt"});
-  auto completed_at = parse_rfc3339(completed);
+  const auto completed_at = cache_entry_completed_at(entry);
   if (!completed_at) return std::nullopt;
   // An entry from later than now (a clock set back) is as fresh as can be.
   if (completed_at.value() < now && elapsed(completed_at.value(), now) > request.max_staleness) return std::nullopt;

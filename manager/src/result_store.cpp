@@ -32,10 +32,7 @@ constexpr std::chrono::minutes kRefreshAfter{1};
 constexpr std::chrono::minutes kStoreWithin{10};
 
 // An entry's completedAt; the epoch when it has none (so it sorts oldest).
-Timestamp completed_at(const json& entry) {
-  auto parsed = parse_rfc3339(crd::string_at(entry, {"spec", "completedAt"}));
-  return parsed ? parsed.value() : Timestamp{};
-}
+Timestamp completed_at(const json& entry) { return cache_entry_completed_at(entry).value_or(Timestamp{}); }
 
 }  // namespace
 

@@ -42,6 +42,9 @@ Result<std::string> cache_entry_name(const std::string& key);
 // the run is not stored (its field says which part of the Task decided).
 Result<nlohmann::json> cache_entry_for(const nlohmann::json& task, const std::string& key, Timestamp now);
 
+// When an entry's run ended (spec.completedAt); nullopt when it does not say.
+std::optional<Timestamp> cache_entry_completed_at(const nlohmann::json& entry);
+
 // The status of a Task that reuses `entry` (found under `key`) at `now`, or
 // nullopt when it may not: reuse off (maxStaleness 0), the entry older than
 // maxStaleness, or an entry that is not one for `key`.
