@@ -12,6 +12,7 @@
 #include "k8s4r/crd/quantity.h"
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/manager/cache_key.h"
+#include "k8s4r/manager/output_references.h"
 #include "k8s4r/manager/placement.h"
 #include "k8s4r/manager/plan_task.h"
 #include "k8s4r/manager/reschedule.h"
@@ -72,6 +73,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const manager::CacheRequest day{24h, "", {}};
     if (auto hit = manager::cache_hit_status(value, key, day, parse_rfc3339("2026-11-27T10:00:00Z").value());
         hit && ((*hit)["state"] != "completed" || (*hit)["exitCode"] != 0 || (*hit)["cachedFrom"]["key"] != key))
+      __builtin_trap();
+  }
+  // Outputs used by a group: any group spec, Job or Task, references or a
+  // reason; a Task without references is given back unchanged.
+  if (auto references = manager::output_references(value); references) {
+    std::map<std::string, manager::ProducerOutputs> producers;
+    for (const manager::OutputReference& reference : references.value()) {
+      manager::ProducerOutputs& producer = producers[reference.group];
+      producer.state = manager::ProducerOutputs::State::completed;
+      producer.outputs[reference.task][reference.key] = reference.key;
+    }
+    static_cast<void>(manager::checked_output_references(value, "g"));
+    nlohmann::json task = {{"spec", {{"env", value.is_object() && value.contains("env") ? value["env"] : value}}}};
+    if (auto whole = manager::with_outputs(task, producers);
+        whole && references.value().empty() && whole.value() != task)
       __builtin_trap();
   }
   if (auto needs = manager::replica_needs(value, value); needs) {

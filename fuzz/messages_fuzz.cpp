@@ -45,6 +45,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   round_trip(input, k8s4r::parse_task_status);
   round_trip(input, k8s4r::parse_presence);
   round_trip(input, k8s4r::parse_ack);
+  // A task's outputs file: what is accepted travels within its bound and reads back the same.
+  if (auto outputs = k8s4r::parse_task_outputs(input); outputs) {
+    const std::string written = outputs.value().dump();
+    auto again = k8s4r::parse_task_outputs(written);
+    if (written.size() > k8s4r::kMaxTaskOutputsBytes || !again || again.value() != outputs.value()) std::abort();
+  }
   if (auto duration = k8s4r::parse_go_duration(input); duration) {
     if (k8s4r::parse_go_duration(k8s4r::format_go_duration(duration.value())).value() != duration.value()) std::abort();
   }

@@ -74,12 +74,17 @@ void write_process(const TaskProcess& process, json& record) {
 }
 
 // A finished task's report as kept for answering a dispatch sent again: all
-// but the logs tail, which can be a hundred times the rest.
-std::string without_logs_tail(const std::string& payload) {
-  if (payload.find("\"logsTail\"") == std::string::npos || json_nested_deeper_than(payload)) return payload;
+// but the logs tail and the outputs, which can be a hundred times the rest.
+// (The report went out whole, from its queued record, and a finished Task
+// takes no later one.)
+std::string without_bulk(const std::string& payload) {
+  if ((payload.find("\"logsTail\"") == std::string::npos && payload.find("\"outputs\"") == std::string::npos) ||
+      json_nested_deeper_than(payload))
+    return payload;
   json report = json::parse(payload, nullptr, false);
   if (report.is_discarded() || !report.is_object()) return payload;
   report.erase("logsTail");
+  report.erase("outputs");
   return report.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -49,7 +49,9 @@ Result<TaskProcess> read_process(const nlohmann::json& record);
 void write_process(const TaskProcess& process, nlohmann::json& record);
 
 // A finished task's report as kept for answering a dispatch sent again: all
-// but the logs tail, which can be a hundred times the rest.
-std::string without_logs_tail(const std::string& payload);
+// but the logs tail and the outputs, which can be a hundred times the rest.
+// (The report went out whole, from its queued record, and a finished Task
+// takes no later one.)
+std::string without_bulk(const std::string& payload);
 
 }  // namespace k8s4r::agent::records

@@ -184,7 +184,7 @@ Result<void> StateStore::apply(const json& record) {
       const std::int64_t seq = field<std::int64_t>(record, "seq").value_or(0);
       if (seq >= task.last_seq) {
         task.last_seq = seq;
-        task.last_report = task.finished_order != 0 ? without_logs_tail(*payload) : *payload;
+        task.last_report = task.finished_order != 0 ? without_bulk(*payload) : *payload;
       }
       last_seq_ = std::max(last_seq_, seq);
       done_with(task);

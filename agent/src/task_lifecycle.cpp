@@ -1,11 +1,13 @@
 #include "task_lifecycle.h"
 
 #include "k8s4r/agent/task_logs.h"
+#include "k8s4r/agent/task_outputs.h"
 #include "k8s4r/common/duration.h"
 #include "task_user.h"
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
 #include <csignal>
 #include <cstring>
 
@@ -305,14 +307,28 @@ void TaskLifecycle::on_exit(const TaskExit& exit) {
   }
 
   switch (decision.kind) {
-    case RestartDecision::Kind::complete:
+    case RestartDecision::Kind::complete: {
       status.state = TaskRunState::completed;
+      auto outputs = read_task_outputs(work_dir_.task_file(task.uid, kTaskOutputsFile));
+      if (outputs) {
+        status.outputs = std::move(outputs.value());
+      } else {
+        // It exited 0, but what it declared cannot be used: not a success
+        // to give to other tasks or to the cache.
+        status.state = TaskRunState::failed;
+        status.reason = "InvalidOutputs";
+        status.message = describe_exit(exit.status) + ", but its " + outputs.error().message;
+      }
       break;
+    }
     case RestartDecision::Kind::fail:
       status.state = TaskRunState::failed;
       status.reason = decision.reason;
       break;
     case RestartDecision::Kind::restart: {
+      // Outputs are what the run that completes declares, never an earlier
+      // attempt's (unlink removes a name, never what a link points to).
+      ::unlink(work_dir_.task_file(task.uid, kTaskOutputsFile).c_str());
       status.state = TaskRunState::running;
       status.event = "Restarting";
       task.phase = Phase::waiting_restart;

@@ -8,28 +8,24 @@
 
 namespace k8s4r::agent {
 
-namespace {
-
-// The task's user owns the directory these files are in, so it may have put
-// anything in their place: the agent (root) opens only a regular file of one
-// name, never through a symbolic or a hard link (either could lead to
-// /etc/shadow) and never blocking (a FIFO would hold the agent's loop). -1
-// when it is not one.
-int open_log(const std::string& path, int flags, off_t& size) {
+int open_task_file(const std::string& path, int flags, off_t& size) {
   const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return -1;
   struct stat about {};
   if (::fstat(fd, &about) != 0 || !S_ISREG(about.st_mode) || about.st_nlink != 1) {
     ::close(fd);
+    errno = EINVAL;
     return -1;
   }
   size = about.st_size;
   return fd;
 }
 
+namespace {
+
 std::string file_tail(const std::string& path, std::size_t max_bytes) {
   off_t size = 0;
-  const int fd = open_log(path, O_RDONLY, size);
+  const int fd = open_task_file(path, O_RDONLY, size);
   if (fd < 0) return {};
   const auto length = static_cast<std::size_t>(size);
   const std::size_t start = length > max_bytes ? length - max_bytes : 0;
@@ -80,7 +76,7 @@ std::string logs_tail(const std::string& stdout_path, const std::string& stderr_
 
 bool cap_log(const std::string& path, std::size_t max_bytes) {
   off_t size = 0;
-  const int log = open_log(path, O_RDWR, size);
+  const int log = open_task_file(path, O_RDWR, size);
   if (log < 0) return false;
   bool rotated = false;
   if (static_cast<std::size_t>(size) > max_bytes) {

@@ -1,5 +1,7 @@
 #include "task_user.h"
 
+#include "k8s4r/agent/task_outputs.h"
+
 #include <grp.h>
 #include <pwd.h>
 #include <unistd.h>
@@ -35,6 +37,7 @@ ProcessSpec process_spec(const AgentTask& task, const AgentConfig& config, const
   spec.env["K8S4R_TASK_UID"] = task.uid;
   spec.env["K8S4R_TASK_NAME"] = task.name;
   spec.env["K8S4R_TASK_DIR"] = dir;
+  spec.env["K8S4R_OUTPUTS_FILE"] = work_dir.task_file(task.uid, kTaskOutputsFile);
   spec.env["K8S4R_ROBOT_ID"] = config.robot_id;
   // Marks the process as this agent's, so a restarted agent finds orphans.
   spec.env["K8S4R_AGENT_WORK_DIR"] = config.work_dir;

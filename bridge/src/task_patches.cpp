@@ -148,6 +148,8 @@ ReportVerdict judge_report(const TaskStatus& report, const json& task, const App
   status["reason"] = report.reason.empty() ? json(nullptr) : json(report.reason);
   if (!report.message.empty()) status["message"] = report.message;
   if (!report.logs_tail.empty()) status["logs"] = report.logs_tail;
+  // What a task declared is its result's, only when it completed.
+  if (report.outputs && report.state == TaskRunState::completed) status["outputs"] = *report.outputs;
   write.status_patch = {{"status", status}};
   // A report for a Task never seen running, other than its `running`: the
   // agent does not send a task's first `running` once a later report of it

@@ -4,6 +4,7 @@
 
 #include "k8s4r/common/duration.h"
 #include "k8s4r/common/identifiers.h"
+#include "k8s4r/common/json_depth.h"
 
 #include <array>
 #include <utility>
@@ -444,6 +445,48 @@ Result<Dispatch> parse_dispatch(std::string_view payload) {
   });
 }
 
+namespace {
+
+// What a JSON merge patch of `value` leaves: members that are null are
+// removed, in nested objects too; arrays are taken whole, as they are.
+void drop_null_members(json& value) {
+  if (!value.is_object()) return;
+  for (auto member = value.begin(); member != value.end();) {
+    if (member->is_null()) {
+      member = value.erase(member);
+    } else {
+      drop_null_members(*member);
+      ++member;
+    }
+  }
+}
+
+}  // namespace
+
+Result<json> task_outputs_from(json value) {
+  if (!value.is_object()) return Error{"outputs", "must be a JSON object, got " + std::string(value.type_name())};
+  drop_null_members(value);
+  const std::size_t size = value.dump().size();
+  if (size > kMaxTaskOutputsBytes) {
+    return Error{"outputs", "is " + std::to_string(size) + " bytes written compactly, over the limit of " +
+                                std::to_string(kMaxTaskOutputsBytes)};
+  }
+  return value;
+}
+
+Result<json> parse_task_outputs(std::string_view text) {
+  if (text.size() > kMaxTaskOutputsBytes) {
+    return Error{"outputs", "is " + std::to_string(text.size()) + " bytes, over the limit of " +
+                                std::to_string(kMaxTaskOutputsBytes)};
+  }
+  if (json_nested_deeper_than(text)) {
+    return Error{"outputs", "nests deeper than " + std::to_string(kMaxProtocolJsonDepth) + " levels"};
+  }
+  json parsed = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return Error{"outputs", "is not valid JSON"};
+  return task_outputs_from(std::move(parsed));
+}
+
 Result<TaskStatus> parse_task_status(std::string_view payload) {
   return detail::read_payload<TaskStatus>(payload, kMaxPayloadBytes, [](ObjectReader& r) {
     TaskStatus message;
@@ -474,6 +517,14 @@ Result<TaskStatus> parse_task_status(std::string_view payload) {
     message.restart_count = r.optional_integer("restartCount", 0, 2147483647LL).value_or(0);
     message.seq = r.optional_integer("seq", 1);
     message.logs_tail = r.optional_string("logsTail", nullptr, kMaxLogsTailCharacters).value_or("");
+    if (json outputs = r.optional_raw_object("outputs"); !outputs.is_null()) {
+      auto checked = task_outputs_from(std::move(outputs));
+      if (checked) {
+        message.outputs = std::move(checked.value());
+      } else {
+        r.fail("outputs", checked.error().message);
+      }
+    }
     return message;
   });
 }
@@ -610,6 +661,7 @@ json to_json_value(const TaskStatus& message) {
   j["restartCount"] = message.restart_count;
   put_optional(j, "seq", message.seq);
   put_string(j, "logsTail", message.logs_tail);
+  if (message.outputs) j["outputs"] = *message.outputs;
   return j;
 }
 

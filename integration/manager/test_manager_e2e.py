@@ -553,3 +553,59 @@ def test_a_cached_task_runs_once_across_identical_jobs_and_what_changes_its_resu
     wait_until(lambda: any(r.startswith("ran everywhere") for r in ran()), 30, "the system job's task to run")
     wait_until(lambda: any(e["reason"] == "NotCacheable" for t in tasks_of_job(sim, "everywhere")
                            for e in events_of(sim, t["metadata"]["name"])), 20, "a NotCacheable Event")
+
+
+def test_a_group_that_uses_another_groups_outputs_runs_after_it_with_its_values_also_from_the_cache(
+        sim, robots, manager_factory, tmp_path):
+    """Declared outputs, judged by what the tasks did: `build` writes a JSON object to $K8S4R_OUTPUTS_FILE and it is
+    its Task's status.outputs; `publish` uses two of its values through $(groups.build.tasks.work.outputs.KEY) and
+    runs only after build completed, with them. A second identical Job takes build's result and outputs from the
+    cache (build does not run) and publish runs again with the same values. Outputs that are not an object fail
+    build (InvalidOutputs), and publish never runs and says why."""
+    manager_factory().start()
+    robots("robot-a")
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+    runs = tmp_path / "runs"
+
+    def ran():
+        return runs.read_text().split("\n")[:-1] if runs.exists() else []
+
+    def maps_job(name, declared):
+        build = cached_group("build", 1, f"echo ran $K8S4R_TASK_NAME >> {runs}; "
+                                         f"printf '%s' '{declared}' > \"$K8S4R_OUTPUTS_FILE\"",
+                             restartPolicy={"attempts": 0, "mode": "fail"},
+                             reschedulePolicy={"attempts": 0, "interval": "1h", "delay": "1s"})
+        publish = group("publish", 1, f"echo ran $K8S4R_TASK_NAME digest=$DIGEST cells=$CELLS >> {runs}")
+        publish["tasks"][0]["env"] = {"DIGEST": "$(groups.build.tasks.work.outputs.digest)",
+                                      "CELLS": "$(groups.build.tasks.work.outputs.cells)"}
+        # publish is listed first: the order comes from the reference, not the list.
+        return job(name, [publish, build])
+
+    declared = '{"digest": "sha256:9f2c", "cells": 1412, "draft": null}'
+    apply(sim, maps_job("maps-o1", declared))
+    wait_job(sim, "maps-o1", "completed", 60)
+    assert ran() == ["ran maps-o1-build-r0-work", "ran maps-o1-publish-r0-work digest=sha256:9f2c cells=1412"]
+    build = get(sim, "rtask", "maps-o1-build-r0-work")
+    assert build["status"]["outputs"] == {"digest": "sha256:9f2c", "cells": 1412}, build["status"]
+    publish = get(sim, "rtask", "maps-o1-publish-r0-work")
+    assert publish["spec"]["env"] == {"DIGEST": "sha256:9f2c", "CELLS": "1412"}
+    wait_until(lambda: len(items(sim, "rtcache")) == 1, 20, "build's run to be stored")
+    assert items(sim, "rtcache")[0]["spec"]["outputs"] == {"digest": "sha256:9f2c", "cells": 1412}
+
+    apply(sim, maps_job("maps-o2", declared))
+    wait_job(sim, "maps-o2", "completed", 60)
+    reused = get(sim, "rtask", "maps-o2-build-r0-work")
+    assert reused["status"]["cachedFrom"]["task"] == "maps-o1-build-r0-work", reused["status"]
+    assert reused["status"]["outputs"] == {"digest": "sha256:9f2c", "cells": 1412}
+    assert ran()[2:] == ["ran maps-o2-publish-r0-work digest=sha256:9f2c cells=1412"]  # build did not run
+
+    apply(sim, maps_job("maps-o3", '["not", "an object"]'))
+    wait_job(sim, "maps-o3", "failed", 60)
+    broken = get(sim, "rtask", "maps-o3-build-r0-work")
+    assert broken["status"]["reason"] == "InvalidOutputs" and broken["status"]["exitCode"] == 0, broken["status"]
+    assert "outputs.json must be a JSON object" in broken["status"]["message"]
+    assert ran()[-1] == "ran maps-o3-build-r0-work"  # publish never ran
+    assert [t["metadata"]["name"] for t in tasks_of_job(sim, "maps-o3")] == ["maps-o3-build-r0-work"]
+    wait_until(lambda: any(e["reason"] == "OutputsUnavailable" for e in events_of(sim, "maps-o3-publish")), 20,
+               "an OutputsUnavailable Event on the publish group")
+    assert "group build failed" in get(sim, "rtg", "maps-o3-publish")["status"]["statusDescription"]

@@ -200,7 +200,19 @@ void Manager::add_handlers() {
   };
   groups_->add_handler(kube::EventHandler{
       group_changed,
-      [group_changed](const kube::ObjectPtr&, const kube::ObjectPtr& group) { group_changed(group); },
+      [this, group_changed](const kube::ObjectPtr& old_group, const kube::ObjectPtr& group) {
+        group_changed(group);
+        // A group that has completed or failed may be what another group of
+        // its Job waits for (its outputs): they look again.
+        const std::string state = crd::string_at(*group, {"status", "state"});
+        if (state == crd::string_at(*old_group, {"status", "state"}) || (state != "completed" && state != "failed"))
+          return;
+        for (const json& owner : crd::value_at(*group, {"metadata", "ownerReferences"})) {
+          if (!owner.is_object() || owner.value("kind", "") != "Job") continue;
+          for (const auto& sibling : groups_->by_index("owner", owner.value("uid", "")))
+            if (sibling != group) group_controller_.queue->add(key_of(*sibling));
+        }
+      },
       [this](const kube::ObjectPtr& group, bool) {
         {
           std::lock_guard lock(mutex_);

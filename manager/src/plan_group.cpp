@@ -117,10 +117,42 @@ GroupPlan plan_group(const GroupView& view) {
   if (!policy) invalid = policy.error().within("spec.reschedulePolicy");
   if (!needs) invalid = needs.error();
   if (!checked) invalid = checked.error();
+  auto references = checked_output_references(job, crd::string_at(group, {"spec", "groupName"}));
+  if (!references) invalid = references.error();
   if (invalid) {
     plan.invalid_status = json{{"state", "failed"}, {"statusDescription", "invalid: " + invalid->to_string()}};
     plan.events.push_back({group, "Warning", "InvalidTaskGroup", invalid->to_string()});
     return plan;
+  }
+
+  // Outputs this group's tasks use: made only once their groups completed.
+  std::string waiting_for;  // a group that has not completed yet
+  if (!references.value().empty()) {
+    std::optional<std::string> unavailable;
+    for (const OutputReference& reference : references.value()) {
+      const auto producer = view.producers.find(reference.group);
+      if (producer == view.producers.end() || producer->second.state == ProducerOutputs::State::waiting) {
+        if (waiting_for.empty()) waiting_for = reference.group;
+      } else if (producer->second.state == ProducerOutputs::State::failed && !unavailable) {
+        unavailable = "group " + reference.group + " failed (" + producer->second.why + ")";
+      }
+    }
+    if (!unavailable && waiting_for.empty()) {
+      // Every replica is made from the same templates: one tells for all.
+      auto first = replica_tasks(group, Replica::numbered(0));
+      for (json& task : first.value()) {
+        if (auto whole = with_outputs(std::move(task), view.producers); !whole) {
+          unavailable = whole.error().message;
+          break;
+        }
+      }
+    }
+    if (unavailable && view.tasks.empty()) {
+      const std::string why = "its tasks use outputs it cannot have: " + *unavailable;
+      plan.invalid_status = json{{"state", "failed"}, {"statusDescription", why}};
+      plan.events.push_back({group, "Warning", "OutputsUnavailable", why});
+      return plan;
+    }
   }
 
   const Timestamp t = view.now;
@@ -171,6 +203,12 @@ GroupPlan plan_group(const GroupView& view) {
       return nullptr;
     };
     const auto add_new = [&](json task) {
+      if (!references.value().empty()) {
+        if (!waiting_for.empty()) return;  // made when that group completes
+        auto whole = with_outputs(std::move(task), view.producers);
+        if (!whole) return;  // said above, when the group had no Task yet
+        task = std::move(whole.value());
+      }
       std::string key = key_of(task);
       if (view.expected_creates.count(key)) return;  // made already; the cache is behind
       work.tasks.push_back(unplaced(std::move(key), std::move(task), false, type));
@@ -259,6 +297,10 @@ GroupPlan plan_group(const GroupView& view) {
   json counted_group = group;
   if (plan.system) counted_group["spec"]["count"] = static_cast<long long>(wanted.size());
   plan.status = task_group_status(counted_group, view.tasks);
+  if (!waiting_for.empty() && plan.status["state"] == "pending") {
+    plan.status["statusDescription"] =
+        "waiting for group " + waiting_for + " to complete: its tasks use that group's outputs";
+  }
   if (plan.awaiting > 0 && plan.status["state"] == "failed") {
     plan.status["state"] = "pending";
     plan.status["statusDescription"] = plan.status["statusDescription"].get<std::string>() + "; " +

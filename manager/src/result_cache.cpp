@@ -64,6 +64,7 @@ Result<json> cache_entry_for(const json& task, const std::string& key, Timestamp
   if (const json& logs = crd::value_at(status, {"logs"}); logs.is_string()) {
     spec["logs"] = tail(logs.get<std::string>(), kMaxCacheEntryLogBytes);
   }
+  if (const json& outputs = crd::value_at(status, {"outputs"}); outputs.is_object()) spec["outputs"] = outputs;
   return json{{"apiVersion", crd::kApiVersion},
               {"kind", "TaskCacheEntry"},
               {"metadata",
@@ -104,6 +105,7 @@ std::optional<json> cache_hit_status(const json& entry, const std::string& key, 
                                  format_go_duration(request.max_staleness)},
                  {"cachedFrom", std::move(from)}};
   if (const json& logs = crd::value_at(spec, {"logs"}); logs.is_string()) status["logs"] = logs;
+  if (const json& outputs = crd::value_at(spec, {"outputs"}); outputs.is_object()) status["outputs"] = outputs;
   return status;
 }
 

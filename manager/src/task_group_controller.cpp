@@ -7,8 +7,11 @@
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/manager/plan_group.h"
 #include "k8s4r/manager/status_rollup.h"
+#include "k8s4r/manager/templates.h"
 
 #include <spdlog/spdlog.h>
+
+#include <cstdlib>
 
 namespace k8s4r::manager {
 
@@ -37,6 +40,7 @@ GroupView Manager::view_of_group(const std::string& ns, const std::string& name)
     }
   }
   if (crd::string_at(view.job, {"spec", "type"}) == "system") view.robot_facts = robot_facts_for(ns, ns + "/" + name);
+  view.producers = producers_of(view.group, view.job);
   std::lock_guard lock(mutex_);
   for (const json& task : view.tasks) {
     const std::string uid = crd::string_at(task, {"metadata", "uid"});
@@ -56,6 +60,44 @@ GroupView Manager::view_of_group(const std::string& ns, const std::string& name)
   }
   view.expected_dispatches = dispatch_expected_;
   return view;
+}
+
+std::map<std::string, ProducerOutputs> Manager::producers_of(const json& group, const json& job) {
+  std::map<std::string, ProducerOutputs> producers;
+  auto references = output_references(crd::value_at(group, {"spec"}));
+  if (!references || job.is_null()) return producers;
+  const std::string ns = crd::string_at(group, {"metadata", "namespace"});
+  const std::string job_name = crd::string_at(job, {"metadata", "name"});
+  for (const OutputReference& reference : references.value()) {
+    if (producers.count(reference.group)) continue;
+    ProducerOutputs& producer = producers[reference.group];
+    const kube::ObjectPtr made = groups_->get(ns, object_name({job_name, reference.group}));
+    if (!made) continue;  // not made yet: waiting
+    const std::string state = crd::string_at(*made, {"status", "state"});
+    if (state == "failed") {
+      producer.state = ProducerOutputs::State::failed;
+      producer.why = crd::string_at(*made, {"status", "statusDescription"});
+    } else if (state == "completed") {
+      producer.state = ProducerOutputs::State::completed;
+      // Each task's newest completed attempt (of a group of count 1, one replica).
+      std::map<std::string, int> attempt_of_task;
+      for (const auto& task : tasks_->by_index("owner", crd::string_at(*made, {"metadata", "uid"}))) {
+        if (crd::read_task(*task).state != crd::TaskState::completed) continue;
+        const std::string name = crd::string_at(*task, {"metadata", "labels", "task"});
+        const std::string attempt_label = crd::string_at(*task, {"metadata", "labels", kAttemptLabel});
+        const int attempt = attempt_label.empty() ? 0 : std::atoi(attempt_label.c_str());
+        if (auto seen = attempt_of_task.find(name); seen != attempt_of_task.end() && seen->second > attempt) continue;
+        attempt_of_task[name] = attempt;
+        const json& outputs = crd::value_at(*task, {"status", "outputs"});
+        if (outputs.is_object()) {
+          producer.outputs[name] = outputs;
+        } else {
+          producer.outputs.erase(name);
+        }
+      }
+    }
+  }
+  return producers;
 }
 
 bool Manager::mark_lost(const json& task, const std::string& why) {

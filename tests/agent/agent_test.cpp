@@ -579,6 +579,54 @@ TEST_F(AgentTest, ARestartPolicyRunsAFailedTaskAgainAfterItsDelay) {
   EXPECT_EQ(reports_for("t-5").back().restart_count, 1);
 }
 
+// What a task declares in $K8S4R_OUTPUTS_FILE travels in its completed
+// report; what cannot be used fails it (it is nobody's result to reuse);
+// an earlier attempt's outputs are not the completed run's.
+TEST_F(AgentTest, ACompletedTaskReportsTheOutputsItDeclaredAndUnusableOnesFailIt) {
+  connect();
+  const auto outputs_of = [this](const std::string& uid) {
+    return fs::path(config_.work_dir) / "tasks" / uid / "outputs.json";
+  };
+  dispatch("t-out");
+  ASSERT_EQ(runner_->starts.size(), 1u);
+  EXPECT_EQ(runner_->starts[0].process.env.at("K8S4R_OUTPUTS_FILE"), outputs_of("t-out").string());
+  runner_->start_ok("t-out");
+  settle();
+  std::ofstream(outputs_of("t-out")) << R"({"mapDigest": "sha256:9f", "cells": 1412, "draft": null})";
+  runner_->exit("t-out", 0);
+  settle();
+  EXPECT_EQ(reports_for("t-out").back().state, TaskRunState::completed);
+  EXPECT_EQ(reports_for("t-out").back().outputs, nlohmann::json::parse(R"({"mapDigest":"sha256:9f","cells":1412})"));
+
+  dispatch("t-bad");
+  runner_->start_ok("t-bad");
+  settle();
+  std::ofstream(outputs_of("t-bad")) << R"(["a list"])";
+  runner_->exit("t-bad", 0);
+  settle();
+  const TaskStatus bad = reports_for("t-bad").back();
+  EXPECT_EQ(bad.state, TaskRunState::failed);
+  EXPECT_EQ(bad.reason, "InvalidOutputs");
+  EXPECT_EQ(bad.exit_code, 0);
+  EXPECT_EQ(bad.message, "exited with code 0, but its outputs.json must be a JSON object, got array");
+  EXPECT_FALSE(bad.outputs);
+
+  dispatch("t-again", "/bin/false", R"(,"restartPolicy":{"attempts":1,"interval":"1h","delay":"5s","mode":"fail"})");
+  runner_->start_ok("t-again");
+  settle();
+  std::ofstream(outputs_of("t-again")) << R"({"from": "the failed attempt"})";
+  runner_->exit("t-again", 1);
+  settle();
+  advance(5s);
+  ASSERT_EQ(runner_->starts.size(), 4u);  // t-out, t-bad, t-again and its restart
+  runner_->start_ok("t-again");
+  settle();
+  runner_->exit("t-again", 0);
+  settle();
+  EXPECT_EQ(reports_for("t-again").back().state, TaskRunState::completed);
+  EXPECT_FALSE(reports_for("t-again").back().outputs);
+}
+
 // A cancel that finds the start still waiting for a launcher takes it back:
 // the task never runs (what it would have done is never done). One that
 // finds its shim already holding it reaches the run once it runs.

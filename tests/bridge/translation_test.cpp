@@ -336,6 +336,21 @@ TEST(TaskPatches, AnEndWhoseRunningReportNeverCameStillTellsThatItStarted) {
   EXPECT_EQ(after_running.write.events[0].reason, "Completed");
 }
 
+TEST(TaskPatches, TheOutputsOfACompletedRunAreItsStatusOutputsAndNothingElseCarriesThem) {
+  auto verdict = judge_report(parse_task_status(example("task-status/valid-completed-with-outputs.json")).value(),
+                              task_on("robot-001", "running", 1), {});
+  ASSERT_EQ(verdict.kind, Kind::write) << verdict.refusal.message;
+  EXPECT_EQ(verdict.write.status_patch["status"]["outputs"],
+            json::parse(R"({"mapDigest": "sha256:9f2c0b7e4a1d3c5b6e8f0a2b4c6d8e0f1a3b5c7d9e1f3a5b7c9d1e3f5a7b9c1d",
+                            "cells": 1412, "bounds": {"x": [0, 41.5], "y": [-3, 18]}})"));
+  // Not a success: what a failed run declared is nobody's result.
+  TaskStatus failed = report("robot-001", TaskRunState::failed, 2);
+  failed.outputs = json{{"mapDigest", "sha256:00"}};
+  auto refused = judge_report(failed, task_on("robot-001", "running", 1), {});
+  ASSERT_EQ(refused.kind, Kind::write);
+  EXPECT_FALSE(refused.write.status_patch["status"].contains("outputs"));
+}
+
 TEST(TaskPatches, WrongRobotsAndLateRunningReportsAreRefusedForGood) {
   auto wrong = judge_report(report("robot-002", TaskRunState::completed, 9), task_on("robot-001", "running", 1), {});
   EXPECT_EQ(wrong.kind, Kind::refused);

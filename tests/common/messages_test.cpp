@@ -144,6 +144,48 @@ TEST(Messages, EncodesTaskStatusAsDocumented) {
   EXPECT_TRUE(parse_task_status(encode(status)));
 }
 
+TEST(TaskOutputs, AreAnObjectWithoutNullsOfAtMost4KiBWrittenCompactly) {
+  auto outputs =
+      parse_task_outputs(R"({"digest":"sha256:ab","cells":1412,"gone":null,"nested":{"x":null,"y":[null,1]}})");
+  ASSERT_TRUE(outputs) << outputs.error().to_string();
+  // Null members go at every level of objects (as a merge patch would drop
+  // them), never inside an array (a merge patch takes an array whole).
+  EXPECT_EQ(outputs.value(), json::parse(R"({"digest":"sha256:ab","cells":1412,"nested":{"y":[null,1]}})"));
+
+  EXPECT_EQ(parse_task_outputs("[1,2]").error().to_string(), "outputs: must be a JSON object, got array");
+  EXPECT_EQ(parse_task_outputs("{\"a\":").error().to_string(), "outputs: is not valid JSON");
+  EXPECT_EQ(parse_task_outputs("{\"a\":1e400}").error().to_string(), "outputs: is not valid JSON");
+  EXPECT_EQ(parse_task_outputs(std::string(200, '[') + std::string(200, ']')).error().to_string(),
+            "outputs: nests deeper than 64 levels");
+  const std::string big = json{{"a", std::string(4090, 'x')}}.dump();
+  EXPECT_EQ(parse_task_outputs(big).error().to_string(), "outputs: is 4098 bytes, over the limit of 4096");
+  // The limit is on what travels: whitespace in the file is not counted twice.
+  const std::string fits = json{{"a", std::string(4088, 'x')}}.dump();
+  EXPECT_EQ(fits.size(), 4096u);
+  EXPECT_TRUE(parse_task_outputs(fits));
+  EXPECT_FALSE(task_outputs_from(json{{"a", std::string(4089, 'x')}}));
+}
+
+TEST(TaskOutputs, TravelInACompletedReportAndAreCheckedWhereTheyArrive) {
+  TaskStatus status;
+  status.task_uid = kUid;
+  status.robot_id = "robot-1";
+  status.state = TaskRunState::completed;
+  status.exit_code = 0;
+  status.seq = 2;
+  status.outputs = json{{"digest", "sha256:ab"}};
+  auto parsed = parse_task_status(encode(status));
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed.value().outputs, status.outputs);
+  EXPECT_FALSE(parse_task_status(status_with_logs("")).value().outputs);
+
+  json payload = json::parse(encode(status));
+  payload["outputs"] = json{{"a", std::string(5000, 'x')}};
+  EXPECT_EQ(parse_task_status(payload.dump()).error().field, "outputs");
+  payload["outputs"] = "text";
+  EXPECT_EQ(parse_task_status(payload.dump()).error().to_string(), "outputs: must be an object, got a string");
+}
+
 TEST(Messages, DispatchRelaysWhatItDoesNotModel) {
   const std::string payload = R"({"action":"create","task":{"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task",
       "metadata":{"name":"t","namespace":"default","uid":"u1","generation":2},

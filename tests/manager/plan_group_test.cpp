@@ -95,6 +95,17 @@ TEST_P(PlanGroup, SaysWhatTheFixtureExpects) {
   for (const auto& [uid, since] : missing.items()) view.missing_since[uid] = time_of(since);
   for (const json& key : fixture.value("expectedCreates", json::array())) view.expected_creates.insert(key);
   for (const json& key : fixture.value("expectedDispatches", json::array())) view.expected_dispatches.insert(key);
+  const json producers = fixture.value("producers", json::object());
+  for (const auto& [name, entry] : producers.items()) {
+    ProducerOutputs& producer = view.producers[name];
+    const std::string state = entry["state"];
+    producer.state = state == "completed" ? ProducerOutputs::State::completed
+                     : state == "failed"  ? ProducerOutputs::State::failed
+                                          : ProducerOutputs::State::waiting;
+    producer.why = entry.value("why", "");
+    const json outputs = entry.value("outputs", json::object());
+    for (const auto& [task, declared] : outputs.items()) producer.outputs[task] = declared;
+  }
 
   const GroupPlan plan = plan_group(view);
   const json& expect = fixture["expect"];
@@ -116,6 +127,11 @@ TEST_P(PlanGroup, SaysWhatTheFixtureExpects) {
       }
     }
     EXPECT_EQ(created, expect["creates"].get<std::vector<std::string>>());
+  }
+  if (expect.contains("createdEnv")) {
+    ASSERT_FALSE(plan.placements.empty());
+    ASSERT_FALSE(plan.placements[0].tasks.empty());
+    EXPECT_EQ(plan.placements[0].tasks[0].task["spec"]["env"], expect["createdEnv"]);
   }
   if (expect.contains("siblingRobot")) {
     ASSERT_EQ(plan.placements.size(), 1u);

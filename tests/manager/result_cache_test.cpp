@@ -122,6 +122,18 @@ TEST(ResultCache, AStoredRunIsReusedWithinMaxStalenessAndSaysWhereItCameFrom) {
   EXPECT_TRUE(cache_hit_status(entry, kKey, day, at("2026-11-27T09:00:00Z")));
 }
 
+TEST(ResultCache, TheOutputsARunDeclaredAreStoredAndGivenToTheTaskThatReusesIt) {
+  json task = completed_task();
+  task["status"]["outputs"] = {{"mapDigest", "sha256:9f"}, {"cells", 1412}};
+  const json entry = cache_entry_for(task, kKey, kNow).value();
+  EXPECT_EQ(entry["spec"]["outputs"], task["status"]["outputs"]);
+  const auto hit = cache_hit_status(entry, kKey, CacheRequest{24h, "", {}}, at("2026-11-27T11:00:00Z"));
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit.value()["outputs"], task["status"]["outputs"]);
+  // A run that declared none stores none, and a reuse of it has none.
+  EXPECT_FALSE(cache_entry_for(completed_task(), kKey, kNow).value()["spec"].contains("outputs"));
+}
+
 TEST(ResultCache, AStaleEntryReuseTurnedOffOrAnEntryOfAnotherKeyRunsTheTask) {
   const json entry = cache_entry_for(completed_task(), kKey, kNow).value();
   EXPECT_FALSE(cache_hit_status(entry, kKey, CacheRequest{24h, "", {}}, at("2026-11-28T10:00:01Z")));

@@ -37,6 +37,9 @@ namespace k8s4r {
 inline constexpr std::size_t kMaxPayloadBytes = 256 * 1024;
 // logsTail carries the last 4 KiB of a task's output.
 inline constexpr std::size_t kMaxLogsTailCharacters = 4096;
+// A task's declared outputs: at most 4 KiB written compactly (as Kubernetes
+// bounds a container's termination message and Tekton a task's results).
+inline constexpr std::size_t kMaxTaskOutputsBytes = 4096;
 
 using StringMap = std::map<std::string, std::string>;
 
@@ -267,8 +270,21 @@ struct TaskStatus {
   // K8s4r agents.
   std::optional<std::int64_t> seq;
   std::string logs_tail;  // at most kMaxLogsTailCharacters
+  // What a completed task declared in its outputs file (an object; see
+  // task_outputs_from); absent when it wrote none.
+  std::optional<nlohmann::json> outputs;
   bool operator==(const TaskStatus&) const = default;
 };
+
+// A task's declared outputs from the value it wrote: a JSON object, its
+// null members dropped at every level (a JSON merge patch of the Task's
+// status would drop them, so the value the agent reports, the Task holds and
+// the cache stores is the same), at most kMaxTaskOutputsBytes written
+// compactly. An error says why not.
+Result<nlohmann::json> task_outputs_from(nlohmann::json value);
+// The same from the text of the file a task wrote (at most
+// kMaxTaskOutputsBytes, no deeper than the protocol allows).
+Result<nlohmann::json> parse_task_outputs(std::string_view text);
 
 // ---- Presence ----------------------------------------------------------------------
 

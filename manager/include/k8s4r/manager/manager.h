@@ -124,6 +124,8 @@ class Manager {
   // task_group_controller.cpp: read the caches, plan (plan_group.h), apply.
   Outcome reconcile_group(const std::string& key);
   GroupView view_of_group(const std::string& namespace_, const std::string& name);
+  // The groups of `job` whose outputs `group`'s tasks use, as the caches show them.
+  std::map<std::string, ProducerOutputs> producers_of(const nlohmann::json& group, const nlohmann::json& job);
   Outcome apply_group_plan(const std::string& key, const GroupView& view, GroupPlan& plan);
   bool mark_lost(const nlohmann::json& task, const std::string& why);
 

@@ -11,6 +11,10 @@
 //   failed           (and, for a service job, completed) replaced by attempt
 //                    n+1 after the reschedulePolicy's delay, or left failed
 //                    when the policy allows no more
+// A group whose tasks use another group's outputs (output_references.h)
+// makes its Tasks only once that group has completed, with the values
+// filled in; it fails, making none, when that group failed or did not
+// declare what it uses.
 // Replicas: spec.count of them, numbered; for a system job one per robot
 // that matches (robotSelector and constraints), created while it is Online
 // and has room, deleted when it stops matching or is deleted. Then the
@@ -20,6 +24,7 @@
 #pragma once
 
 #include "k8s4r/common/rfc3339.h"
+#include "k8s4r/manager/output_references.h"
 #include "k8s4r/manager/placement.h"
 #include "k8s4r/manager/task_liveness.h"
 
@@ -58,6 +63,9 @@ struct GroupView {
   // Where the scheduler counts a Task placed but not yet shown with its
   // targetRobot (namespace/name of the Robot), by Task namespace/name.
   std::map<std::string, std::string> assumed_robots;
+  // The groups of the Job whose outputs this group's tasks use, by group
+  // name (spec.groupName), as they stand; one not here has not completed.
+  std::map<std::string, ProducerOutputs> producers;
 };
 
 // A Task for the scheduler to place.
