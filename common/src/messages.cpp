@@ -461,10 +461,23 @@ void drop_null_members(json& value) {
   }
 }
 
+// Arrays and objects open at once in `value`, as json_nested_deeper_than
+// counts them in text; counted no further than `limit` + 1.
+std::size_t depth_of(const json& value, std::size_t limit) {
+  if (!value.is_structured()) return 0;
+  if (limit == 0) return 1;
+  std::size_t deepest = 0;
+  for (const json& item : value) deepest = std::max(deepest, depth_of(item, limit - 1));
+  return deepest + 1;
+}
+
 }  // namespace
 
 Result<json> task_outputs_from(json value) {
   if (!value.is_object()) return Error{"outputs", "must be a JSON object, got " + std::string(value.type_name())};
+  if (depth_of(value, kMaxTaskOutputsDepth) > kMaxTaskOutputsDepth) {
+    return Error{"outputs", "nests deeper than " + std::to_string(kMaxTaskOutputsDepth) + " levels"};
+  }
   drop_null_members(value);
   const std::size_t size = value.dump().size();
   if (size > kMaxTaskOutputsBytes) {
@@ -479,8 +492,8 @@ Result<json> parse_task_outputs(std::string_view text) {
     return Error{"outputs", "is " + std::to_string(text.size()) + " bytes, over the limit of " +
                                 std::to_string(kMaxTaskOutputsBytes)};
   }
-  if (json_nested_deeper_than(text)) {
-    return Error{"outputs", "nests deeper than " + std::to_string(kMaxProtocolJsonDepth) + " levels"};
+  if (json_nested_deeper_than(text, kMaxTaskOutputsDepth)) {
+    return Error{"outputs", "nests deeper than " + std::to_string(kMaxTaskOutputsDepth) + " levels"};
   }
   json parsed = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return Error{"outputs", "is not valid JSON"};

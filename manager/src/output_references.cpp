@@ -71,19 +71,23 @@ const json* group_named(const json& job, const std::string& name) {
 
 Result<std::vector<OutputReference>> output_references(const json& group_spec) {
   std::vector<OutputReference> out;
-  auto scanned = each_env_value(group_spec, [&](const std::string& value, const std::string& field) {
-    return scan(value, field, [&](const OutputReference& reference, std::size_t, std::size_t) {
-      if (std::find(out.begin(), out.end(), reference) == out.end()) out.push_back(reference);
+  std::set<OutputReference> seen;
+  auto scanned = each_env_value(group_spec, [&](const std::string& value, const std::string& field) -> Result<void> {
+    auto found = scan(value, field, [&](const OutputReference& reference, std::size_t, std::size_t) {
+      if (seen.insert(reference).second) out.push_back(reference);
     });
+    if (found && out.size() > kMaxOutputReferences) {
+      return Error{field, "the group's tasks use more than " + std::to_string(kMaxOutputReferences) + " outputs"};
+    }
+    return found;
   });
   if (!scanned) return scanned.error();
   return out;
 }
 
-Result<std::vector<OutputReference>> checked_output_references(const json& job, const std::string& group_name) {
-  const json* group = group_named(job, group_name);
-  if (!group) return std::vector<OutputReference>{};
-  auto references = output_references(*group);
+Result<std::vector<OutputReference>> checked_output_references(const json& job, const json& group_spec,
+                                                               const std::string& group_name) {
+  auto references = output_references(group_spec);
   if (!references) return references.error();
   if (references.value().empty()) return references;
   std::string type = crd::string_at(job, {"spec", "type"});
@@ -139,6 +143,7 @@ Result<json> with_outputs(json task, const std::map<std::string, ProducerOutputs
       const auto producer = producers.find(reference.group);
       const ProducerOutputs* outputs = producer == producers.end() ? nullptr : &producer->second;
       const json* declared = nullptr;
+      if (missing) return;
       if (outputs && outputs->state == ProducerOutputs::State::completed) {
         if (auto of_task = outputs->outputs.find(reference.task); of_task != outputs->outputs.end()) {
           if (auto item = of_task->second.find(reference.key); item != of_task->second.end()) declared = &*item;
@@ -150,12 +155,22 @@ Result<json> with_outputs(json task, const std::map<std::string, ProducerOutputs
                                      reference.key};
         return;
       }
-      replaced += declared->is_string() ? declared->get<std::string>() : declared->dump();
+      const std::string filled = declared->is_string() ? declared->get<std::string>() : declared->dump();
+      if (filled.find('\0') != std::string::npos) {
+        missing = Error{field, "output " + reference.key + " of task " + reference.task + " of group " +
+                                   reference.group + " holds a NUL character, which no environment can"};
+        return;
+      }
+      replaced += filled;
     });
     if (!scanned) return scanned.error();
     if (missing) return *missing;
     if (copied == 0) continue;
     value = replaced + text.substr(copied);
+  }
+  if (const std::size_t size = task["spec"]["env"].dump().size(); size > kMaxFilledEnvBytes) {
+    return Error{"spec.env", "with the outputs it uses filled in it would be " + std::to_string(size) +
+                                 " bytes, over the limit of " + std::to_string(kMaxFilledEnvBytes)};
   }
   return task;
 }

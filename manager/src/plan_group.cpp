@@ -117,7 +117,8 @@ GroupPlan plan_group(const GroupView& view) {
   if (!policy) invalid = policy.error().within("spec.reschedulePolicy");
   if (!needs) invalid = needs.error();
   if (!checked) invalid = checked.error();
-  auto references = checked_output_references(job, crd::string_at(group, {"spec", "groupName"}));
+  auto references =
+      checked_output_references(job, crd::value_at(group, {"spec"}), crd::string_at(group, {"spec", "groupName"}));
   if (!references) invalid = references.error();
   if (invalid) {
     plan.invalid_status = json{{"state", "failed"}, {"statusDescription", "invalid: " + invalid->to_string()}};

@@ -72,18 +72,28 @@ std::map<std::string, ProducerOutputs> Manager::producers_of(const json& group, 
     if (producers.count(reference.group)) continue;
     ProducerOutputs& producer = producers[reference.group];
     const kube::ObjectPtr made = groups_->get(ns, object_name({job_name, reference.group}));
-    if (!made) continue;  // not made yet: waiting
+    // Only this Job's group of that name: not one of a Job deleted and made
+    // again that is still going, nor another Job's whose name joins the same.
+    bool owned = false;
+    if (made) {
+      for (const json& owner : crd::value_at(*made, {"metadata", "ownerReferences"}))
+        owned |= owner.is_object() && owner.value("uid", "") == crd::string_at(job, {"metadata", "uid"});
+    }
+    if (!made || !owned || !crd::value_at(*made, {"metadata", "deletionTimestamp"}).is_null() ||
+        crd::string_at(*made, {"spec", "groupName"}) != reference.group)
+      continue;  // not made yet: waiting
     const std::string state = crd::string_at(*made, {"status", "state"});
     if (state == "failed") {
       producer.state = ProducerOutputs::State::failed;
       producer.why = crd::string_at(*made, {"status", "statusDescription"});
     } else if (state == "completed") {
-      producer.state = ProducerOutputs::State::completed;
-      // Each task's newest completed attempt (of a group of count 1, one replica).
+      // Each task's newest completed attempt (of a group of count 1, one
+      // replica); none in the cache yet: waiting, not "declared none".
       std::map<std::string, int> attempt_of_task;
       for (const auto& task : tasks_->by_index("owner", crd::string_at(*made, {"metadata", "uid"}))) {
         if (crd::read_task(*task).state != crd::TaskState::completed) continue;
-        const std::string name = crd::string_at(*task, {"metadata", "labels", "task"});
+        producer.state = ProducerOutputs::State::completed;
+        const std::string name = crd::string_at(*task, {"spec", "name"});
         const std::string attempt_label = crd::string_at(*task, {"metadata", "labels", kAttemptLabel});
         const int attempt = attempt_label.empty() ? 0 : std::atoi(attempt_label.c_str());
         if (auto seen = attempt_of_task.find(name); seen != attempt_of_task.end() && seen->second > attempt) continue;

@@ -156,7 +156,17 @@ TEST(TaskOutputs, AreAnObjectWithoutNullsOfAtMost4KiBWrittenCompactly) {
   EXPECT_EQ(parse_task_outputs("{\"a\":").error().to_string(), "outputs: is not valid JSON");
   EXPECT_EQ(parse_task_outputs("{\"a\":1e400}").error().to_string(), "outputs: is not valid JSON");
   EXPECT_EQ(parse_task_outputs(std::string(200, '[') + std::string(200, ']')).error().to_string(),
-            "outputs: nests deeper than 64 levels");
+            "outputs: nests deeper than 32 levels");
+  // Deep enough to pass the protocol's own limit alone, not inside the report
+  // that carries it: refused where it is read, and where it arrives.
+  std::string deep = "1";
+  for (int level = 0; level < 33; ++level) deep = "{\"a\":" + deep + "}";
+  EXPECT_EQ(parse_task_outputs(deep).error().to_string(), "outputs: nests deeper than 32 levels");
+  EXPECT_EQ(task_outputs_from(json::parse(deep)).error().to_string(), "outputs: nests deeper than 32 levels");
+  std::string fits_deep = "1";
+  for (int level = 0; level < 32; ++level) fits_deep = "{\"a\":" + fits_deep + "}";
+  EXPECT_TRUE(parse_task_outputs(fits_deep));
+  EXPECT_TRUE(task_outputs_from(json::parse(fits_deep)));
   const std::string big = json{{"a", std::string(4090, 'x')}}.dump();
   EXPECT_EQ(parse_task_outputs(big).error().to_string(), "outputs: is 4098 bytes, over the limit of 4096");
   // The limit is on what travels: whitespace in the file is not counted twice.

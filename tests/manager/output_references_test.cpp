@@ -41,25 +41,46 @@ TEST(OutputReferences, AMalformedOneIsRefusedNamingItsField) {
 
 TEST(OutputReferences, AreCheckedAgainstTheJob) {
   const json uses = group_using({{"A", "$(groups.build.tasks.map.outputs.digest)"}});
-  EXPECT_TRUE(checked_output_references(job_of(json::array({uses, producer("build")})), "publish"));
-  EXPECT_EQ(
-      checked_output_references(job_of(json::array({uses, producer("build")}), "service"), "publish").error().message,
-      "$(groups.build.tasks.map.outputs.digest): only a batch Job's tasks can use outputs, this Job is service");
-  EXPECT_EQ(checked_output_references(job_of(json::array({uses})), "publish").error().message,
+  EXPECT_TRUE(checked_output_references(job_of(json::array({uses, producer("build")})), uses, "publish"));
+  EXPECT_EQ(checked_output_references(job_of(json::array({uses, producer("build")}), "service"), uses, "publish")
+                .error()
+                .message,
+            "$(groups.build.tasks.map.outputs.digest): only a batch Job's tasks can use outputs, this Job is service");
+  EXPECT_EQ(checked_output_references(job_of(json::array({uses})), uses, "publish").error().message,
             "$(groups.build.tasks.map.outputs.digest): the Job has no group build");
   json other_task = producer("build");
   other_task["tasks"][0]["name"] = "lint";
-  EXPECT_EQ(checked_output_references(job_of(json::array({uses, other_task})), "publish").error().message,
+  EXPECT_EQ(checked_output_references(job_of(json::array({uses, other_task})), uses, "publish").error().message,
             "$(groups.build.tasks.map.outputs.digest): group build has no task map");
   json own = group_using({{"A", "$(groups.publish.tasks.upload.outputs.x)"}});
-  EXPECT_EQ(checked_output_references(job_of(json::array({own})), "publish").error().message,
+  EXPECT_EQ(checked_output_references(job_of(json::array({own})), own, "publish").error().message,
             "$(groups.publish.tasks.upload.outputs.x): a group cannot use its own outputs");
   // build uses publish's outputs and publish uses build's: both would wait forever.
   const json cycle = producer("build", {{"B", "$(groups.publish.tasks.upload.outputs.y)"}});
-  EXPECT_EQ(checked_output_references(job_of(json::array({uses, cycle})), "publish").error().message,
+  EXPECT_EQ(checked_output_references(job_of(json::array({uses, cycle})), uses, "publish").error().message,
             "its outputs references form a cycle back to group publish");
   // A group that uses none is not checked at all.
-  EXPECT_TRUE(checked_output_references(job_of(json::array({producer("build")}), "service"), "build"));
+  EXPECT_TRUE(
+      checked_output_references(job_of(json::array({producer("build")}), "service"), producer("build"), "build"));
+}
+
+TEST(OutputReferences, AreBoundedInNumberAndInWhatTheyFillIn) {
+  json env = json::object();
+  for (int i = 0; i <= 64; ++i)
+    env["V" + std::to_string(i)] = "$(groups.build.tasks.map.outputs.k" + std::to_string(i) + ")";
+  EXPECT_EQ(output_references(group_using(env)).error().message, "the group's tasks use more than 64 outputs");
+  env.erase("V64");
+  EXPECT_TRUE(output_references(group_using(env)));
+
+  ProducerOutputs build;
+  build.state = ProducerOutputs::State::completed;
+  build.outputs["map"] = {{"big", std::string(4000, 'x')}, {"nul", std::string("a\0b", 3)}};
+  json task = {{"spec", {{"env", json::object()}}}};
+  for (int i = 0; i < 17; ++i) task["spec"]["env"]["V" + std::to_string(i)] = "$(groups.build.tasks.map.outputs.big)";
+  EXPECT_EQ(with_outputs(task, {{"build", build}}).error().field, "spec.env");
+  task["spec"]["env"] = {{"N", "$(groups.build.tasks.map.outputs.nul)"}};
+  EXPECT_EQ(with_outputs(task, {{"build", build}}).error().message,
+            "output nul of task map of group build holds a NUL character, which no environment can");
 }
 
 TEST(OutputReferences, AreReplacedByWhatTheTaskDeclared) {

@@ -40,6 +40,9 @@ inline constexpr std::size_t kMaxLogsTailCharacters = 4096;
 // A task's declared outputs: at most 4 KiB written compactly (as Kubernetes
 // bounds a container's termination message and Tekton a task's results).
 inline constexpr std::size_t kMaxTaskOutputsBytes = 4096;
+// ... and nest at most this deep, so the report that carries them (and the
+// Task and the cache entry that keep them) stays within the protocol's depth.
+inline constexpr std::size_t kMaxTaskOutputsDepth = 32;
 
 using StringMap = std::map<std::string, std::string>;
 
@@ -280,10 +283,10 @@ struct TaskStatus {
 // null members dropped at every level (a JSON merge patch of the Task's
 // status would drop them, so the value the agent reports, the Task holds and
 // the cache stores is the same), at most kMaxTaskOutputsBytes written
-// compactly. An error says why not.
+// compactly, at most kMaxTaskOutputsDepth deep. An error says why not.
 Result<nlohmann::json> task_outputs_from(nlohmann::json value);
-// The same from the text of the file a task wrote (at most
-// kMaxTaskOutputsBytes, no deeper than the protocol allows).
+// The same from the text of the file a task wrote (itself at most
+// kMaxTaskOutputsBytes).
 Result<nlohmann::json> parse_task_outputs(std::string_view text);
 
 // ---- Presence ----------------------------------------------------------------------

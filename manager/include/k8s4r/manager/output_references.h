@@ -9,8 +9,10 @@
 //
 // Rules (an Error names the field): the Job is a batch Job; GROUP is
 // another group of the same Job with count 1 and a task TASK; the groups'
-// references form no cycle. Text in `$(...)` that does not start with
-// `groups.` is left alone.
+// references form no cycle; a group uses at most kMaxOutputReferences
+// outputs, and a Task's env with the values filled in is at most
+// kMaxFilledEnvBytes. Text in `$(...)` that does not start with `groups.` is
+// left alone.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -25,6 +27,9 @@
 
 namespace k8s4r::manager {
 
+inline constexpr std::size_t kMaxOutputReferences = 64;
+inline constexpr std::size_t kMaxFilledEnvBytes = 64 * 1024;
+
 struct OutputReference {
   std::string group, task, key;
   bool operator==(const OutputReference&) const = default;
@@ -35,15 +40,17 @@ struct OutputReference {
 // once, in order; an Error for a malformed one.
 Result<std::vector<OutputReference>> output_references(const nlohmann::json& group_spec);
 
-// The references of the group named `group_name`, checked against its Job
-// as the rules above say.
+// The references in `group_spec` (the TaskGroup's own spec, whose templates
+// its Tasks are made from), checked against its Job as the rules above say;
+// `group_name` is its name in the Job.
 Result<std::vector<OutputReference>> checked_output_references(const nlohmann::json& job,
+                                                               const nlohmann::json& group_spec,
                                                                const std::string& group_name);
 
 // What a producing group says of the outputs its Tasks declared.
 struct ProducerOutputs {
   enum class State { waiting, completed, failed } state = State::waiting;
-  std::map<std::string, nlohmann::json> outputs;  // by task name, once completed (absent: declared none)
+  std::map<std::string, nlohmann::json> outputs;  // by task name (spec.name), once completed (absent: declared none)
   std::string why;                                // failed: what its status said
 };
 
