@@ -62,6 +62,9 @@ struct Agent::Parts {
         reports(config, *store, durability, loop, *link),
         runner(hooks.make_runner ? hooks.make_runner(config, runner_events(loop))
                                  : make_shim_runner(config, runner_events(loop))),
+        artifacts(config.artifact_store_bytes > 0
+                      ? std::make_unique<ArtifactStore>(config.work_dir + "/artifacts", config.artifact_store_bytes)
+                      : nullptr),
         lifecycle(config, tasks, *store, durability, reports, *runner, artifacts, work_dir, run_clock, loop),
         retention(config, tasks, *store, durability, work_dir, run_clock, loop),
         intake(tasks, *store, lifecycle, retention),

@@ -2,6 +2,8 @@
 
 #include "k8s4r/common/hashing.h"
 
+#include <spdlog/spdlog.h>
+
 #include <curl/curl.h>
 #include <openssl/evp.h>
 
@@ -185,37 +187,56 @@ Result<void> verify_and_place(const Artifact& artifact, EVP_MD_CTX* digest, cons
 
 }  // namespace
 
-Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_dir, const std::atomic<bool>* cancel,
-                            std::optional<ReadAs> read_as) {
+Result<ArtifactSource> fetch_artifact(const Artifact& artifact, const std::string& task_dir,
+                                      const std::atomic<bool>* cancel, std::optional<ReadAs> read_as,
+                                      ArtifactStore* store, const std::set<ContentDigest>& pinned) {
   auto destination = artifact_destination(artifact, task_dir);
   if (!destination) return destination.error();
   const std::string target = destination.value();
 
   const EVP_MD* algorithm = nullptr;
+  std::optional<ContentDigest> digest;
   std::string expected;
   if (auto checksum = artifact.getter_options.find("checksum"); checksum != artifact.getter_options.end()) {
-    const auto colon = checksum->second.find(':');
-    const std::string type = colon == std::string::npos ? "" : checksum->second.substr(0, colon);
-    expected = colon == std::string::npos ? "" : checksum->second.substr(colon + 1);
-    for (char& c : expected) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (type == "sha256") algorithm = EVP_sha256();
-    if (type == "sha512") algorithm = EVP_sha512();
-    if (!algorithm || expected.empty()) {
-      return artifact_error(artifact, "checksum must be sha256:HEX or sha512:HEX, got '" + checksum->second + "'");
-    }
+    auto parsed = parse_content_digest(checksum->second);
+    if (!parsed) return artifact_error(artifact, parsed.error().message);
+    digest = parsed.value();
+    expected = digest->hex;
+    algorithm = digest->algorithm == "sha256" ? EVP_sha256() : EVP_sha512();
   }
+  // Only what the agent downloads is kept: a file URL is on the robot
+  // already, and may have been read as the task's user.
+  const bool storable = store && digest && !file_url_path(artifact.getter_source);
 
   std::error_code error;
   fs::create_directories(fs::path(target).parent_path(), error);
   if (error) return artifact_error(artifact, "cannot create " + fs::path(target).parent_path().string());
   const std::string partial = target + ".part";
+  if (storable) {
+    switch (store->copy_out(*digest, partial, cancel)) {
+      case StoreUse::hit:
+        fs::rename(partial, target, error);
+        if (!error) {
+          spdlog::info("artifact {}: from the robot's store ({})", artifact.getter_source, digest->text());
+          return ArtifactSource::store;
+        }
+        fs::remove(partial, error);
+        break;
+      case StoreUse::corrupt:
+        spdlog::warn("artifact {}: the store's copy of {} did not match it; dropped, downloading again",
+                     artifact.getter_source, digest->text());
+        break;
+      case StoreUse::miss:
+        break;
+    }
+  }
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(partial.c_str(), "wb"), &std::fclose);
   if (!file) return artifact_error(artifact, "cannot write " + partial);
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> digest(algorithm ? EVP_MD_CTX_new() : nullptr, &EVP_MD_CTX_free);
-  if (digest) EVP_DigestInit_ex(digest.get(), algorithm, nullptr);
-  Download download{file.get(), digest.get()};
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> context(algorithm ? EVP_MD_CTX_new() : nullptr, &EVP_MD_CTX_free);
+  if (context) EVP_DigestInit_ex(context.get(), algorithm, nullptr);
+  Download download{file.get(), context.get()};
 
-  auto give_up = [&](const std::string& why) -> Result<void> {
+  auto give_up = [&](const std::string& why) -> Error {
     file.reset();
     fs::remove(partial, error);
     return artifact_error(artifact, why);
@@ -227,7 +248,9 @@ Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_di
       return give_up("not readable by the task's user (uid " + std::to_string(read_as->uid) + "): " + problem);
     if (std::fflush(file.get()) != 0) return give_up("cannot write " + partial);
     file.reset();
-    return verify_and_place(artifact, digest.get(), expected, partial, target);
+    if (auto placed = verify_and_place(artifact, context.get(), expected, partial, target); !placed)
+      return placed.error();
+    return ArtifactSource::download;
   }
 
   std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), &curl_easy_cleanup);
@@ -254,10 +277,17 @@ Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_di
   file.reset();
   if (code != CURLE_OK) return give_up(curl_error[0] ? curl_error : curl_easy_strerror(code));
   if (!written) return give_up("cannot write " + partial);
-  return verify_and_place(artifact, digest.get(), expected, partial, target);
+  if (auto placed = verify_and_place(artifact, context.get(), expected, partial, target); !placed)
+    return placed.error();
+  if (storable && !store->keep(*digest, target, pinned)) {
+    spdlog::info("artifact {}: not kept in the robot's store (larger than it, or it cannot be written)",
+                 artifact.getter_source);
+  }
+  return ArtifactSource::download;
 }
 
-ArtifactWorker::ArtifactWorker() : thread_([this] { loop(); }) {}
+ArtifactWorker::ArtifactWorker(std::unique_ptr<ArtifactStore> store)
+    : store_(std::move(store)), thread_([this] { loop(); }) {}
 
 ArtifactWorker::~ArtifactWorker() {
   {
@@ -288,10 +318,19 @@ void ArtifactWorker::loop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
+    // The task's own artifacts are never evicted to make room for each other.
+    std::set<ContentDigest> pinned;
+    for (const Artifact& artifact : job.artifacts) {
+      if (auto checksum = artifact.getter_options.find("checksum"); checksum != artifact.getter_options.end())
+        if (auto digest = parse_content_digest(checksum->second)) pinned.insert(digest.value());
+    }
     Result<void> outcome = ok();
     for (const Artifact& artifact : job.artifacts) {
-      outcome = fetch_artifact(artifact, job.task_dir, &cancel_, job.read_as);
-      if (!outcome) break;
+      auto fetched = fetch_artifact(artifact, job.task_dir, &cancel_, job.read_as, store_.get(), pinned);
+      if (!fetched) {
+        outcome = fetched.error();
+        break;
+      }
     }
     job.done(std::move(outcome));
   }

@@ -68,6 +68,20 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
        [&c](const std::string& v) { return daemon::parse_non_negative_duration(v, c.disconnect_stop_after); }},
       {"max-log-bytes", daemon::ValueType::Count, "cap on each task's stdout and stderr files",
        [&c](const std::string& v) { return daemon::parse_positive_size(v, c.max_log_bytes); }},
+      {"artifact-store-bytes", daemon::ValueType::Count,
+       "room for downloaded artifacts kept by checksum in WORK_DIR/artifacts, so a later task that names the same "
+       "checksum gets a verified copy instead of a download; the least recently used go first; 0: keep none "
+       "(1073741824)",
+       [&c](const std::string& v) -> daemon::ApplyResult {
+         if (v == "0") {
+           c.artifact_store_bytes = 0;
+           return std::nullopt;
+         }
+         std::size_t bytes = 0;
+         if (auto problem = daemon::parse_positive_size(v, bytes)) return problem;
+         c.artifact_store_bytes = bytes;
+         return std::nullopt;
+       }},
       {"max-queued-reports", daemon::ValueType::Count, "status reports held on disk while the broker is unreachable",
        [&c](const std::string& v) { return daemon::parse_positive_size(v, c.max_queued_reports); }},
       {"finished-task-retention", daemon::ValueType::Duration,

@@ -307,6 +307,83 @@ def test_artifacts_with_good_and_bad_checksums(bridge, agent, tmp_path, http_fil
     assert "leaves the task directory" in bridge.final("t-art-escape")["message"]
 
 
+@pytest.fixture
+def counted_http(tmp_path):
+    """An HTTP server of the files in a directory that records every path it is asked for."""
+    root = tmp_path / "counted"
+    root.mkdir()
+    asked = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def do_GET(self):
+            asked.append(self.path)
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}", asked
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_artifact_is_downloaded_once_kept_by_its_checksum_and_a_corrupt_copy_is_fetched_again(
+        bridge, agent_factory, observer, tmp_path, counted_http):
+    """The robot's artifact store, judged by what the server was asked for and what each task read: the first task
+    downloads; a second naming the same checksum from another URL (a mirror) gets it from the store, across an agent
+    killed with -9 and started again; a store entry changed on disk is dropped and the artifact downloaded again; an
+    artifact without a checksum is never kept."""
+    root, url, asked = counted_http
+    content = b"#!/bin/sh\necho model v7\n"
+    (root / "model.sh").write_bytes(content)
+    (root / "mirror").mkdir()
+    (root / "mirror" / "model.sh").write_bytes(content)
+    checksum = "sha256:" + hashlib.sha256(content).hexdigest()
+    agent = agent_factory().start()
+    observer.wait_for(f"k8s4r/robots/{ROBOT}/presence", lambda m: m["online"])
+    read = tmp_path / "read"
+
+    def run(uid, source, with_checksum=True):
+        options = {"getterOptions": {"checksum": checksum}} if with_checksum else {}
+        bridge.send(create(uid, "/bin/sh", ["-c", f"echo {uid} $(sh local/model.sh) >> {read}"],
+                           artifacts=[{"getterSource": source, "relativeDest": "local/", **options}]))
+        final = bridge.final(uid)
+        assert final["state"] == "completed", final
+
+    run("t-store-1", f"{url}/model.sh")
+    assert asked == ["/model.sh"]
+    entry = agent.work_dir / "artifacts" / checksum.replace(":", "-")
+    assert entry.read_bytes() == content
+    assert oct(entry.parent.stat().st_mode & 0o777) == "0o700"
+
+    run("t-store-2", f"{url}/mirror/model.sh")
+    assert asked == ["/model.sh"]  # the mirror was never asked: the store had it
+    assert "from the robot's store" in agent.log_text()
+
+    agent.kill9()
+    agent.start()
+    observer.wait_for(f"k8s4r/robots/{ROBOT}/presence", lambda m: m["online"])
+    run("t-store-3", f"{url}/model.sh")
+    assert asked == ["/model.sh"]
+
+    entry.write_bytes(b"#!/bin/sh\necho tampered\n")
+    run("t-store-4", f"{url}/model.sh")
+    assert asked == ["/model.sh", "/model.sh"]  # dropped, downloaded again
+    assert entry.read_bytes() == content
+    assert "did not match it; dropped, downloading again" in agent.log_text()
+
+    run("t-store-5", f"{url}/mirror/model.sh", with_checksum=False)
+    assert asked[-1] == "/mirror/model.sh"
+    assert sorted(p.name for p in entry.parent.iterdir()) == [entry.name]
+    assert read.read_text().splitlines() == [f"t-store-{n} model v7" for n in range(1, 6)]
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs tasks as another user")
 def test_a_task_run_as_another_user_gets_only_what_that_user_may_read(broker, bridge, agent_factory):
     # The adversarial run: artifacts were fetched as root and handed to the task's user (a file URL

@@ -4,6 +4,10 @@
 // moved into place under the task directory. A failure leaves no partial file
 // behind and names the artifact and the cause.
 //
+// With the robot's store (artifact_store.h), an artifact with a checksum
+// downloaded over http or https is kept there, and one the store holds is
+// copied from it, verified, instead of downloaded.
+//
 // A file URL of a task that runs as another user (spec.user) is read as that
 // user, by `setpriv … cat` (util-linux, coreutils), so a task can never get
 // a file through its artifacts that its user could not read itself.
@@ -13,6 +17,7 @@
 // the network.
 #pragma once
 
+#include "k8s4r/agent/artifact_store.h"
 #include "k8s4r/common/messages.h"
 #include "k8s4r/common/result.h"
 
@@ -20,8 +25,10 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,14 +50,19 @@ struct ReadAs {
   uid_t uid;
   gid_t gid;
 };
-Result<void> fetch_artifact(const Artifact& artifact, const std::string& task_dir,
-                            const std::atomic<bool>* cancel = nullptr, std::optional<ReadAs> read_as = std::nullopt);
+enum class ArtifactSource { download, store };
+// `store` may be null (no store); `pinned`: entries not to evict for it.
+Result<ArtifactSource> fetch_artifact(const Artifact& artifact, const std::string& task_dir,
+                                      const std::atomic<bool>* cancel = nullptr,
+                                      std::optional<ReadAs> read_as = std::nullopt, ArtifactStore* store = nullptr,
+                                      const std::set<ContentDigest>& pinned = {});
 
 // One thread that fetches tasks' artifacts in order. `done` runs on that
 // thread with the first error, if any.
 class ArtifactWorker {
  public:
-  ArtifactWorker();
+  // `store`: the robot's artifact store, used on the worker's thread only; none for no store.
+  explicit ArtifactWorker(std::unique_ptr<ArtifactStore> store = nullptr);
   ~ArtifactWorker();  // aborts the fetch in progress (its `done` still runs), drops the rest
   ArtifactWorker(const ArtifactWorker&) = delete;
   ArtifactWorker& operator=(const ArtifactWorker&) = delete;
@@ -72,6 +84,7 @@ class ArtifactWorker {
   std::deque<Job> jobs_;
   bool stopping_ = false;
   std::atomic<bool> cancel_{false};
+  std::unique_ptr<ArtifactStore> store_;
   std::thread thread_;
 };
 

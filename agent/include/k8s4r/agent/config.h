@@ -35,6 +35,9 @@ struct AgentConfig {
   std::chrono::nanoseconds disconnect_stop_after = std::chrono::minutes(2);
   std::size_t max_log_bytes = 10 * 1024 * 1024;  // max-log-bytes: per task and stream
   std::size_t max_queued_reports = 10000;        // max-queued-reports: held while the broker is away
+  // artifact-store-bytes: the robot's store of downloaded artifacts, by
+  // checksum, in WORK_DIR/artifacts (0: none; artifact_store.h).
+  std::uint64_t artifact_store_bytes = std::uint64_t{1} << 30;
   // finished-task-retention: how long a finished task's uid is remembered (a
   // dispatch sent again within it is answered with the final report, not run),
   // counted on the agent's run clock.

@@ -1,0 +1,263 @@
+#include "k8s4r/agent/artifact_store.h"
+
+#include "k8s4r/common/hashing.h"
+
+#include <openssl/evp.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+
+namespace k8s4r::agent {
+
+namespace {
+
+constexpr std::string_view kIncoming = ".incoming-";
+constexpr std::size_t kChunk = 1 << 20;
+
+std::size_t hex_digits_of(const std::string& algorithm) {
+  return algorithm == "sha256" ? 64 : algorithm == "sha512" ? 128 : 0;
+}
+
+bool is_lower_hex(const std::string& text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+// The digest an entry's file name stands for, if it is one.
+std::optional<ContentDigest> digest_of_entry(const std::string& name) {
+  const auto dash = name.find('-');
+  if (dash == std::string::npos) return std::nullopt;
+  ContentDigest digest{name.substr(0, dash), name.substr(dash + 1)};
+  if (hex_digits_of(digest.algorithm) == 0 || digest.hex.size() != hex_digits_of(digest.algorithm) ||
+      !is_lower_hex(digest.hex))
+    return std::nullopt;
+  return digest;
+}
+
+std::int64_t nanoseconds_of(const struct timespec& time) {
+  return static_cast<std::int64_t>(time.tv_sec) * 1'000'000'000 + time.tv_nsec;
+}
+
+bool write_all(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t put = ::write(fd, data, size);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) return false;
+    data += put;
+    size -= static_cast<std::size_t>(put);
+  }
+  return true;
+}
+
+// All of `from` into `to`: in the kernel when it can (and sharing blocks on
+// a file system that clones), else through a buffer.
+bool copy_file(int from, int to) {
+  for (;;) {
+    const ssize_t moved = ::copy_file_range(from, nullptr, to, nullptr, kChunk * 64, 0);
+    if (moved > 0) continue;
+    if (moved == 0) return true;
+    if (errno == EINTR) continue;
+    if (errno != EXDEV && errno != ENOSYS && errno != EINVAL && errno != EOPNOTSUPP) return false;
+    break;
+  }
+  std::unique_ptr<char[]> buffer(new char[kChunk]);
+  for (;;) {
+    const ssize_t got = ::read(from, buffer.get(), kChunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return false;
+    if (got == 0) return true;
+    if (!write_all(to, buffer.get(), static_cast<std::size_t>(got))) return false;
+  }
+}
+
+struct Fd {
+  int fd = -1;
+  explicit Fd(int value) : fd(value) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
+}  // namespace
+
+Result<ContentDigest> parse_content_digest(const std::string& checksum) {
+  const auto colon = checksum.find(':');
+  ContentDigest digest;
+  if (colon != std::string::npos) {
+    digest.algorithm = checksum.substr(0, colon);
+    digest.hex = checksum.substr(colon + 1);
+  }
+  for (char& c : digest.hex) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // The hex names a file in the store: nothing but its digits.
+  if (hex_digits_of(digest.algorithm) == 0 || digest.hex.size() != hex_digits_of(digest.algorithm) ||
+      !is_lower_hex(digest.hex)) {
+    return Error{"checksum", "checksum must be sha256:HEX (64 hex digits) or sha512:HEX (128), got '" + checksum + "'"};
+  }
+  return digest;
+}
+
+ArtifactStore::ArtifactStore(std::string dir, std::uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {
+  if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw std::runtime_error("cannot create the artifact store " + dir_ + ": " + std::strerror(errno));
+  }
+  struct stat about {};
+  if (::lstat(dir_.c_str(), &about) != 0 || !S_ISDIR(about.st_mode)) {
+    throw std::runtime_error("the artifact store " + dir_ + " is not a directory");
+  }
+  ::chmod(dir_.c_str(), 0700);
+  std::unique_ptr<DIR, int (*)(DIR*)> listing(::opendir(dir_.c_str()), &::closedir);
+  if (!listing) throw std::runtime_error("cannot read the artifact store " + dir_ + ": " + std::strerror(errno));
+  while (const dirent* item = ::readdir(listing.get())) {
+    const std::string name = item->d_name;
+    const std::string path = dir_ + "/" + name;
+    if (name.rfind(kIncoming, 0) == 0) {
+      ::unlink(path.c_str());  // a copy a crash cut short
+      continue;
+    }
+    const auto digest = digest_of_entry(name);
+    if (!digest || ::lstat(path.c_str(), &about) != 0 || !S_ISREG(about.st_mode)) continue;
+    entries_[*digest] = Entry{static_cast<std::uint64_t>(about.st_size), nanoseconds_of(about.st_mtim)};
+    bytes_ += static_cast<std::uint64_t>(about.st_size);
+    newest_use_ = std::max(newest_use_, nanoseconds_of(about.st_mtim));
+  }
+  evict({});
+}
+
+StoreUse ArtifactStore::copy_out(const ContentDigest& digest, const std::string& target,
+                                 const std::atomic<bool>* cancel) {
+  if (!entries_.count(digest)) return StoreUse::miss;
+  Fd entry(::open(path_of(digest).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (entry.fd < 0) {
+    drop(digest);
+    return StoreUse::miss;
+  }
+  Fd out(::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666));
+  if (out.fd < 0) return StoreUse::miss;
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> context(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  EVP_DigestInit_ex(context.get(), digest.algorithm == "sha256" ? EVP_sha256() : EVP_sha512(), nullptr);
+  std::unique_ptr<char[]> buffer(new char[kChunk]);
+  bool copied = true;
+  for (;;) {
+    if (cancel && cancel->load()) {
+      copied = false;
+      break;
+    }
+    const ssize_t got = ::read(entry.fd, buffer.get(), kChunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      copied = got == 0;
+      break;
+    }
+    EVP_DigestUpdate(context.get(), buffer.get(), static_cast<std::size_t>(got));
+    if (!write_all(out.fd, buffer.get(), static_cast<std::size_t>(got))) {
+      copied = false;
+      break;
+    }
+  }
+  if (!copied) {
+    ::unlink(target.c_str());
+    return StoreUse::miss;
+  }
+  unsigned char value[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(context.get(), value, &length);
+  if (hex_encode(std::string_view(reinterpret_cast<const char*>(value), length)) != digest.hex) {
+    ::unlink(target.c_str());
+    drop(digest);
+    return StoreUse::corrupt;
+  }
+  // Used now: the last to go.
+  ::futimens(entry.fd, nullptr);
+  struct stat about {};
+  const std::int64_t used = used_now(::fstat(entry.fd, &about) == 0 ? nanoseconds_of(about.st_mtim) : 0);
+  std::lock_guard lock(mutex_);
+  entries_[digest].used_ns = used;
+  return StoreUse::hit;
+}
+
+bool ArtifactStore::keep(const ContentDigest& digest, const std::string& verified,
+                         const std::set<ContentDigest>& pinned) {
+  Fd from(::open(verified.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat about {};
+  if (from.fd < 0 || ::fstat(from.fd, &about) != 0 || !S_ISREG(about.st_mode)) return false;
+  const auto size = static_cast<std::uint64_t>(about.st_size);
+  if (size > max_bytes_) return false;
+  const std::string incoming = dir_ + "/" + std::string(kIncoming) + std::to_string(++incoming_);
+  bool written = false;
+  {
+    Fd to(::open(incoming.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_EXCL | O_CLOEXEC, 0600));
+    written = to.fd >= 0 && copy_file(from.fd, to.fd);
+  }
+  if (!written || ::rename(incoming.c_str(), path_of(digest).c_str()) != 0) {
+    ::unlink(incoming.c_str());
+    return false;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (auto held = entries_.find(digest); held != entries_.end()) bytes_ -= held->second.size;
+    struct stat entry {};
+    entries_[digest] =
+        Entry{size, used_now(::stat(path_of(digest).c_str(), &entry) == 0 ? nanoseconds_of(entry.st_mtim) : 0)};
+    bytes_ += size;
+  }
+  std::set<ContentDigest> keep_too = pinned;
+  keep_too.insert(digest);
+  evict(keep_too);
+  return true;
+}
+
+std::vector<ContentDigest> ArtifactStore::held() const {
+  std::vector<std::pair<std::int64_t, ContentDigest>> by_use;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [digest, entry] : entries_) by_use.emplace_back(entry.used_ns, digest);
+  }
+  std::sort(by_use.begin(), by_use.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<ContentDigest> out;
+  for (auto& [used, digest] : by_use) out.push_back(std::move(digest));
+  return out;
+}
+
+std::int64_t ArtifactStore::used_now(std::int64_t file_time) {
+  // A file's time is as coarse as the kernel's tick: uses within one are
+  // still told apart, in the order they happened.
+  newest_use_ = std::max(file_time, newest_use_ + 1);
+  return newest_use_;
+}
+
+void ArtifactStore::drop(const ContentDigest& digest) {
+  ::unlink(path_of(digest).c_str());
+  std::lock_guard lock(mutex_);
+  if (auto held = entries_.find(digest); held != entries_.end()) {
+    bytes_ -= held->second.size;
+    entries_.erase(held);
+  }
+}
+
+void ArtifactStore::evict(const std::set<ContentDigest>& pinned) {
+  while (bytes_ > max_bytes_) {
+    const ContentDigest* oldest = nullptr;
+    std::int64_t oldest_use = 0;
+    for (const auto& [digest, entry] : entries_) {
+      if (pinned.count(digest)) continue;
+      if (!oldest || entry.used_ns < oldest_use) {
+        oldest = &digest;
+        oldest_use = entry.used_ns;
+      }
+    }
+    if (!oldest) return;  // what is left is pinned
+    drop(ContentDigest(*oldest));
+  }
+}
+
+}  // namespace k8s4r::agent
