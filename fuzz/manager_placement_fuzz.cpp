@@ -84,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       producer.state = manager::ProducerOutputs::State::completed;
       producer.outputs[reference.task][reference.key] = reference.key;
     }
-    static_cast<void>(manager::checked_output_references(value, "g"));
+    static_cast<void>(manager::checked_output_references(value, value, "g"));
     nlohmann::json task = {{"spec", {{"env", value.is_object() && value.contains("env") ? value["env"] : value}}}};
     if (auto whole = manager::with_outputs(task, producers);
         whole && references.value().empty() && whole.value() != task)
