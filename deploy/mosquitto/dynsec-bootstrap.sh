@@ -43,7 +43,8 @@ for topic in 'k8s4r/robots/+/register' 'k8s4r/robots/+/heartbeat' 'k8s4r/robots/
     dynsec addRoleACL k8s4r-bridge "$acltype" "$topic" allow
   done
 done
-for topic in 'k8s4r/robots/+/response' 'k8s4r/robots/+/tasks/dispatch' 'k8s4r/robots/+/presence'; do
+for topic in 'k8s4r/robots/+/response' 'k8s4r/robots/+/tasks/dispatch' 'k8s4r/robots/+/acks' \
+  'k8s4r/robots/+/presence'; do
   dynsec addRoleACL k8s4r-bridge publishClientSend "$topic" allow
 done
 dynsec createClient k8s4r-bridge -p "$bridge_password"

@@ -50,6 +50,10 @@ def test_robots_and_the_bridge_work_over_tls_each_as_itself(sim, broker, fleet):
         # Registrations carry the robot's token, its login: the operator never sees one, nor any token, while it
         # sees the rest (a heartbeat, once a second).
         operator.wait_for("k8s4r/robots/robot-1/heartbeat")
+        # The bridge's confirmations reach the robot (the broker lets the bridge publish them): without them its
+        # reports would never leave its queue and its tasks would be stopped for want of contact.
+        operator.wait_for("k8s4r/robots/robot-1/acks", lambda m: any(r["taskUid"] == task["metadata"]["uid"]
+                                                                     for r in m.get("reports", [])))
         again = Observer(broker, topics=(), client_id="robot-1-again", username="robot-1", password=TOKENS["robot-1"])
         answers = len(operator.on("k8s4r/robots/robot-1/response"))
         again.publish("k8s4r/robots/robot-1/register", {"robotId": "robot-1", "token": TOKENS["robot-1"],
