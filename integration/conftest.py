@@ -1,5 +1,6 @@
 """Fixtures shared by the black-box tests: the real binaries from build/bin
 (or $K8S4R_BIN_DIR), started on free loopback ports and always stopped."""
+import http.server
 import json
 import os
 import pathlib
@@ -7,6 +8,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -305,6 +307,36 @@ class SecureBroker(Broker):
     def reload(self):
         """SIGHUP: Mosquitto reads the password and ACL files again."""
         self.process.send_signal(signal.SIGHUP)
+
+
+class FileServer:
+    """An HTTP server of the files in `root` that records every path it is asked for (`asked`): artifacts' source,
+    judged by what was fetched. Stop it with close()."""
+
+    def __init__(self, root):
+        self.root = pathlib.Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.asked = []
+        asked, directory = self.asked, str(self.root)
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, directory=directory, **kwargs)
+
+            def do_GET(self):
+                asked.append(self.path)
+                super().do_GET()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class Observer:

@@ -41,6 +41,20 @@ std::unique_ptr<StateStore> open_store(const AgentConfig& config) {
   return std::make_unique<StateStore>(std::move(store).value());
 }
 
+// The robot's artifact store, or none: turned off, or its directory is
+// unusable (it saves downloads; a robot without it still runs every task).
+std::unique_ptr<ArtifactStore> open_artifact_store(const AgentConfig& config) {
+  if (config.artifact_store_bytes == 0) return nullptr;
+  try {
+    return std::make_unique<ArtifactStore>(
+        config.work_dir + "/artifacts", config.artifact_store_bytes,
+        config.artifact_store_match == "checksum" ? ArtifactStore::Match::checksum : ArtifactStore::Match::url);
+  } catch (const std::exception& unusable) {
+    spdlog::error("{}: every artifact is downloaded, none kept", unusable.what());
+    return nullptr;
+  }
+}
+
 }  // namespace
 
 // Declared in the order they are built; each refers only to those above it
@@ -62,9 +76,7 @@ struct Agent::Parts {
         reports(config, *store, durability, loop, *link),
         runner(hooks.make_runner ? hooks.make_runner(config, runner_events(loop))
                                  : make_shim_runner(config, runner_events(loop))),
-        artifacts(config.artifact_store_bytes > 0
-                      ? std::make_unique<ArtifactStore>(config.work_dir + "/artifacts", config.artifact_store_bytes)
-                      : nullptr),
+        artifacts(open_artifact_store(config)),
         lifecycle(config, tasks, *store, durability, reports, *runner, artifacts, work_dir, run_clock, loop),
         retention(config, tasks, *store, durability, work_dir, run_clock, loop),
         intake(tasks, *store, lifecycle, retention),
@@ -122,6 +134,10 @@ struct Agent::Parts {
 
   RobotReport robot_report() {
     RobotReport report;
+    report.artifacts = [this]() -> std::optional<ArtifactsHeld> {
+      if (!artifacts.store()) return std::nullopt;
+      return artifacts.store()->summary(kMaxArtifactsListed);
+    };
     report.held_tasks = [this] {
       std::vector<RunningTask> held;
       for (const auto& [uid, task] : tasks) {

@@ -12,6 +12,8 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -78,6 +80,32 @@ bool copy_file(int from, int to) {
   }
 }
 
+constexpr const char* kSourcesSuffix = ".sources";
+constexpr std::size_t kMaxSources = 16;
+
+// The URLs an entry was fetched from, one per line (URLs hold no newline:
+// curl refuses them).
+std::vector<std::string> read_sources(const std::string& path) {
+  std::vector<std::string> sources;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line) && sources.size() < kMaxSources;)
+    if (!line.empty()) sources.push_back(line);
+  return sources;
+}
+
+std::int64_t wall_nanoseconds() {
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  return nanoseconds_of(now);
+}
+
+// The file's times set to `ns`: its place in the order, kept across restarts.
+void set_time(int fd, std::int64_t ns) {
+  const struct timespec at { static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000) };
+  const struct timespec times[2] = {at, at};
+  ::futimens(fd, times);
+}
+
 struct Fd {
   int fd = -1;
   explicit Fd(int value) : fd(value) {}
@@ -106,17 +134,21 @@ Result<ContentDigest> parse_content_digest(const std::string& checksum) {
   return digest;
 }
 
-ArtifactStore::ArtifactStore(std::string dir, std::uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {
+ArtifactStore::ArtifactStore(std::string dir, std::uint64_t max_bytes, Match match)
+    : dir_(std::move(dir)), max_bytes_(max_bytes), match_(match) {
   if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
     throw std::runtime_error("cannot create the artifact store " + dir_ + ": " + std::strerror(errno));
   }
   struct stat about {};
-  if (::lstat(dir_.c_str(), &about) != 0 || !S_ISDIR(about.st_mode)) {
-    throw std::runtime_error("the artifact store " + dir_ + " is not a directory");
+  // The agent's own directory and nobody else's: another owner could put
+  // files under an entry's name.
+  if (::lstat(dir_.c_str(), &about) != 0 || !S_ISDIR(about.st_mode) || about.st_uid != ::geteuid()) {
+    throw std::runtime_error("the artifact store " + dir_ + " is not a directory of the agent's own user");
   }
   ::chmod(dir_.c_str(), 0700);
   std::unique_ptr<DIR, int (*)(DIR*)> listing(::opendir(dir_.c_str()), &::closedir);
   if (!listing) throw std::runtime_error("cannot read the artifact store " + dir_ + ": " + std::strerror(errno));
+  std::vector<std::string> sources_files;
   while (const dirent* item = ::readdir(listing.get())) {
     const std::string name = item->d_name;
     const std::string path = dir_ + "/" + name;
@@ -126,16 +158,23 @@ ArtifactStore::ArtifactStore(std::string dir, std::uint64_t max_bytes) : dir_(st
     }
     const auto digest = digest_of_entry(name);
     if (!digest || ::lstat(path.c_str(), &about) != 0 || !S_ISREG(about.st_mode)) continue;
-    entries_[*digest] = Entry{static_cast<std::uint64_t>(about.st_size), nanoseconds_of(about.st_mtim)};
+    Entry entry{static_cast<std::uint64_t>(about.st_size), nanoseconds_of(about.st_mtim), {}};
+    entry.sources = read_sources(path + kSourcesSuffix);
+    entries_[*digest] = std::move(entry);
     bytes_ += static_cast<std::uint64_t>(about.st_size);
     newest_use_ = std::max(newest_use_, nanoseconds_of(about.st_mtim));
   }
-  evict({});
+  evict_for(0, {});
 }
 
-StoreUse ArtifactStore::copy_out(const ContentDigest& digest, const std::string& target,
+StoreUse ArtifactStore::copy_out(const ContentDigest& digest, const std::string& source, const std::string& target,
                                  const std::atomic<bool>* cancel) {
-  if (!entries_.count(digest)) return StoreUse::miss;
+  auto held = entries_.find(digest);
+  if (held == entries_.end()) return StoreUse::miss;
+  // Knowing a checksum is not being allowed its content: a task names a URL
+  // the entry came from (unless any URL will do).
+  const auto& sources = held->second.sources;
+  if (match_ == Match::url && std::find(sources.begin(), sources.end(), source) == sources.end()) return StoreUse::miss;
   Fd entry(::open(path_of(digest).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (entry.fd < 0) {
     drop(digest);
@@ -146,27 +185,27 @@ StoreUse ArtifactStore::copy_out(const ContentDigest& digest, const std::string&
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> context(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   EVP_DigestInit_ex(context.get(), digest.algorithm == "sha256" ? EVP_sha256() : EVP_sha512(), nullptr);
   std::unique_ptr<char[]> buffer(new char[kChunk]);
-  bool copied = true;
+  StoreUse failed = StoreUse::hit;
   for (;;) {
     if (cancel && cancel->load()) {
-      copied = false;
+      failed = StoreUse::cancelled;
       break;
     }
     const ssize_t got = ::read(entry.fd, buffer.get(), kChunk);
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
-      copied = got == 0;
+      if (got < 0) failed = StoreUse::miss;
       break;
     }
     EVP_DigestUpdate(context.get(), buffer.get(), static_cast<std::size_t>(got));
     if (!write_all(out.fd, buffer.get(), static_cast<std::size_t>(got))) {
-      copied = false;
+      failed = StoreUse::miss;
       break;
     }
   }
-  if (!copied) {
+  if (failed != StoreUse::hit) {
     ::unlink(target.c_str());
-    return StoreUse::miss;
+    return failed;
   }
   unsigned char value[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
@@ -176,27 +215,36 @@ StoreUse ArtifactStore::copy_out(const ContentDigest& digest, const std::string&
     drop(digest);
     return StoreUse::corrupt;
   }
-  // Used now: the last to go.
-  ::futimens(entry.fd, nullptr);
-  struct stat about {};
-  const std::int64_t used = used_now(::fstat(entry.fd, &about) == 0 ? nanoseconds_of(about.st_mtim) : 0);
+  // Used now: the last to go, in memory and on disk alike.
+  const std::int64_t used = used_now(wall_nanoseconds());
+  set_time(entry.fd, used);
   std::lock_guard lock(mutex_);
-  entries_[digest].used_ns = used;
+  held->second.used_ns = used;
   return StoreUse::hit;
 }
 
-bool ArtifactStore::keep(const ContentDigest& digest, const std::string& verified,
+bool ArtifactStore::keep(const ContentDigest& digest, const std::string& verified, const std::string& source,
                          const std::set<ContentDigest>& pinned) {
   Fd from(::open(verified.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   struct stat about {};
   if (from.fd < 0 || ::fstat(from.fd, &about) != 0 || !S_ISREG(about.st_mode)) return false;
   const auto size = static_cast<std::uint64_t>(about.st_size);
-  if (size > max_bytes_) return false;
+  std::set<ContentDigest> keep_too = pinned;
+  keep_too.insert(digest);
+  if (auto held = entries_.find(digest); held != entries_.end() && held->second.size == size) {
+    // Held already (fetched from another URL): one more source for it.
+    remember_source(digest, source);
+    return true;
+  }
+  // Room first, from what no task being fetched uses; none: not kept.
+  if (!evict_for(size, keep_too)) return false;
   const std::string incoming = dir_ + "/" + std::string(kIncoming) + std::to_string(++incoming_);
+  const std::int64_t used = used_now(wall_nanoseconds());
   bool written = false;
   {
     Fd to(::open(incoming.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_EXCL | O_CLOEXEC, 0600));
     written = to.fd >= 0 && copy_file(from.fd, to.fd);
+    if (written) set_time(to.fd, used);
   }
   if (!written || ::rename(incoming.c_str(), path_of(digest).c_str()) != 0) {
     ::unlink(incoming.c_str());
@@ -205,14 +253,10 @@ bool ArtifactStore::keep(const ContentDigest& digest, const std::string& verifie
   {
     std::lock_guard lock(mutex_);
     if (auto held = entries_.find(digest); held != entries_.end()) bytes_ -= held->second.size;
-    struct stat entry {};
-    entries_[digest] =
-        Entry{size, used_now(::stat(path_of(digest).c_str(), &entry) == 0 ? nanoseconds_of(entry.st_mtim) : 0)};
+    entries_[digest] = Entry{size, used, {}};
     bytes_ += size;
   }
-  std::set<ContentDigest> keep_too = pinned;
-  keep_too.insert(digest);
-  evict(keep_too);
+  remember_source(digest, source);
   return true;
 }
 
@@ -228,15 +272,43 @@ std::vector<ContentDigest> ArtifactStore::held() const {
   return out;
 }
 
-std::int64_t ArtifactStore::used_now(std::int64_t file_time) {
-  // A file's time is as coarse as the kernel's tick: uses within one are
-  // still told apart, in the order they happened.
-  newest_use_ = std::max(file_time, newest_use_ + 1);
+ArtifactsHeld ArtifactStore::summary(std::size_t max_listed) const {
+  ArtifactsHeld summary;
+  std::vector<std::pair<std::int64_t, std::string>> by_use;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [digest, entry] : entries_) by_use.emplace_back(entry.used_ns, digest.text());
+    summary.bytes = static_cast<std::int64_t>(bytes_);
+  }
+  summary.count = static_cast<std::int64_t>(by_use.size());
+  summary.max_bytes = static_cast<std::int64_t>(max_bytes_);
+  // The whole set's fingerprint: the map is sorted by algorithm, then hex,
+  // which is the order of the texts too.
+  std::string lines;
+  for (const auto& [used, text] : by_use) lines += text + "\n";
+  unsigned char value[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(lines.data(), lines.size(), value, &length, EVP_sha256(), nullptr);
+  summary.fingerprint = hex_encode(std::string_view(reinterpret_cast<const char*>(value), 8));
+  std::sort(by_use.begin(), by_use.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> listed;
+  for (std::size_t i = 0; i < by_use.size() && i < max_listed; ++i) listed.push_back(by_use[i].second);
+  summary.truncated = by_use.size() > listed.size();
+  summary.held = std::move(listed);
+  return summary;
+}
+
+std::int64_t ArtifactStore::used_now(std::int64_t wall_ns) {
+  // Later than every use before, whatever the wall clock did (a robot
+  // without a battery-backed clock boots in the past until NTP steps it):
+  // the order is the order of use.
+  newest_use_ = std::max(wall_ns, newest_use_ + 1);
   return newest_use_;
 }
 
 void ArtifactStore::drop(const ContentDigest& digest) {
   ::unlink(path_of(digest).c_str());
+  ::unlink((path_of(digest) + kSourcesSuffix).c_str());
   std::lock_guard lock(mutex_);
   if (auto held = entries_.find(digest); held != entries_.end()) {
     bytes_ -= held->second.size;
@@ -244,8 +316,9 @@ void ArtifactStore::drop(const ContentDigest& digest) {
   }
 }
 
-void ArtifactStore::evict(const std::set<ContentDigest>& pinned) {
-  while (bytes_ > max_bytes_) {
+bool ArtifactStore::evict_for(std::uint64_t size, const std::set<ContentDigest>& pinned) {
+  if (size > max_bytes_) return false;
+  while (bytes_ > max_bytes_ - size) {
     const ContentDigest* oldest = nullptr;
     std::int64_t oldest_use = 0;
     for (const auto& [digest, entry] : entries_) {
@@ -255,9 +328,32 @@ void ArtifactStore::evict(const std::set<ContentDigest>& pinned) {
         oldest_use = entry.used_ns;
       }
     }
-    if (!oldest) return;  // what is left is pinned
+    if (!oldest) return false;  // what is left is pinned: no room
     drop(ContentDigest(*oldest));
   }
+  return true;
+}
+
+void ArtifactStore::remember_source(const ContentDigest& digest, const std::string& source) {
+  auto held = entries_.find(digest);
+  if (held == entries_.end()) return;
+  auto& sources = held->second.sources;
+  if (auto known = std::find(sources.begin(), sources.end(), source); known != sources.end()) sources.erase(known);
+  sources.push_back(source);
+  if (sources.size() > kMaxSources) sources.erase(sources.begin());
+  // Written aside and renamed: a crash leaves the old list or the new.
+  const std::string path = path_of(digest) + kSourcesSuffix;
+  const std::string incoming = dir_ + "/" + std::string(kIncoming) + std::to_string(++incoming_);
+  {
+    Fd to(::open(incoming.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_EXCL | O_CLOEXEC, 0600));
+    std::string text;
+    for (const std::string& url : sources) text += url + "\n";
+    if (to.fd < 0 || !write_all(to.fd, text.data(), text.size())) {
+      ::unlink(incoming.c_str());
+      return;
+    }
+  }
+  if (::rename(incoming.c_str(), path.c_str()) != 0) ::unlink(incoming.c_str());
 }
 
 }  // namespace k8s4r::agent

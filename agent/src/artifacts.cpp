@@ -213,7 +213,7 @@ Result<ArtifactSource> fetch_artifact(const Artifact& artifact, const std::strin
   if (error) return artifact_error(artifact, "cannot create " + fs::path(target).parent_path().string());
   const std::string partial = target + ".part";
   if (storable) {
-    switch (store->copy_out(*digest, partial, cancel)) {
+    switch (store->copy_out(*digest, artifact.getter_source, partial, cancel)) {
       case StoreUse::hit:
         fs::rename(partial, target, error);
         if (!error) {
@@ -226,6 +226,8 @@ Result<ArtifactSource> fetch_artifact(const Artifact& artifact, const std::strin
         spdlog::warn("artifact {}: the store's copy of {} did not match it; dropped, downloading again",
                      artifact.getter_source, digest->text());
         break;
+      case StoreUse::cancelled:
+        return artifact_error(artifact, "cancelled");
       case StoreUse::miss:
         break;
     }
@@ -279,9 +281,11 @@ Result<ArtifactSource> fetch_artifact(const Artifact& artifact, const std::strin
   if (!written) return give_up("cannot write " + partial);
   if (auto placed = verify_and_place(artifact, context.get(), expected, partial, target); !placed)
     return placed.error();
-  if (storable && !store->keep(*digest, target, pinned)) {
-    spdlog::info("artifact {}: not kept in the robot's store (larger than it, or it cannot be written)",
-                 artifact.getter_source);
+  if (storable && !store->keep(*digest, target, artifact.getter_source, pinned)) {
+    spdlog::info(
+        "artifact {}: not kept in the robot's store (no room beside the artifacts of the task being "
+        "fetched, or it cannot be written)",
+        artifact.getter_source);
   }
   return ArtifactSource::download;
 }

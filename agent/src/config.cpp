@@ -82,6 +82,15 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
          c.artifact_store_bytes = bytes;
          return std::nullopt;
        }},
+      {"artifact-store-match", daemon::ValueType::String,
+       "which tasks a stored artifact serves: url (those naming its checksum and a URL it was fetched from: "
+       "knowing a checksum is not being allowed the content) or checksum (any URL with its checksum, a mirror "
+       "too: for a fleet whose Job authors may all have every artifact) (url)",
+       [&c](const std::string& v) -> daemon::ApplyResult {
+         if (v != "url" && v != "checksum") return "must be url or checksum, got '" + v + "'";
+         c.artifact_store_match = v;
+         return std::nullopt;
+       }},
       {"max-queued-reports", daemon::ValueType::Count, "status reports held on disk while the broker is unreachable",
        [&c](const std::string& v) { return daemon::parse_positive_size(v, c.max_queued_reports); }},
       {"finished-task-retention", daemon::ValueType::Duration,

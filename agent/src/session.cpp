@@ -149,6 +149,18 @@ void Session::send_heartbeat() {
   if (report_.ended_tasks) beat.ended_tasks = report_.ended_tasks(beat.ended_tasks_truncated);
   beat.storage_error = report_.storage_error();
   if (report_.knowledge) beat.knows = report_.knowledge();
+  // Not to a Go K8s4r server: it acknowledges nothing, so the list would go
+  // in every beat.
+  if (report_.artifacts && !config_.legacy_topics) {
+    beat.artifacts = report_.artifacts();
+    if (beat.artifacts && beat.artifacts->fingerprint == artifacts_acknowledged_) {
+      beat.artifacts->held.reset();  // the bridge has it
+      beat.artifacts->truncated = false;
+    } else if (beat.artifacts) {
+      artifacts_sent_[*beat.timestamp] = beat.artifacts->fingerprint;
+      while (artifacts_sent_.size() > 8) artifacts_sent_.erase(artifacts_sent_.begin());
+    }
+  }
   const std::string topic =
       config_.legacy_topics ? std::string(topics::kHeartbeat) : topics::robot_heartbeat(config_.robot_id).value();
   link_.publish(topic, encode(beat), 1, false, [this, generation = generation_](bool ok, const std::string& error) {
@@ -214,6 +226,13 @@ void Session::on_message(const std::string& topic, const std::string& payload) {
         return;
       }
       if (listener_.heard) listener_.heard();
+      if (ack.value().heartbeat) {
+        if (auto carried = artifacts_sent_.find(*ack.value().heartbeat); carried != artifacts_sent_.end()) {
+          artifacts_acknowledged_ = carried->second;
+          artifacts_sent_.erase(artifacts_sent_.begin(), std::next(carried));
+        }
+      }
+      if (ack.value().resend_artifacts) artifacts_acknowledged_.clear();  // the next beat carries the list
       if (listener_.ack) listener_.ack(ack.value());
       break;
     }

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct RobotReport {
   // tasks it runs, if any has one: the heartbeat comes at least four times
   // in it, so the bridge's answers keep the robot in contact.
   std::function<std::optional<std::chrono::nanoseconds>()> shortest_stop_window;
+  // What the robot's artifact store holds (ArtifactStore::summary); none
+  // without a store. Its list goes in heartbeats until one that carried it
+  // is acknowledged, and again when the bridge asks.
+  std::function<std::optional<ArtifactsHeld>()> artifacts;
 };
 
 struct SessionListener {
@@ -107,6 +112,11 @@ class Session {
   Timestamp connected_at_{};
   SteadyTime heartbeat_due_{};  // when heartbeat_timer_ fires
   SteadyTime heartbeat_sent_{};
+  // The artifacts fingerprint whose list a heartbeat the bridge acknowledged
+  // carried; and, for heartbeats that carried one and wait for their Ack,
+  // their timestamp and fingerprint (the newest few).
+  std::string artifacts_acknowledged_;
+  std::map<Timestamp, std::string> artifacts_sent_;
 };
 
 }  // namespace k8s4r::agent

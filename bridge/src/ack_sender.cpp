@@ -20,6 +20,11 @@ void AckSender::heartbeat(const std::string& robot_id, std::optional<Timestamp> 
   schedule();
 }
 
+void AckSender::resend_artifacts(const std::string& robot_id) {
+  waiting_[robot_id].resend_artifacts = true;
+  schedule();
+}
+
 void AckSender::schedule() {
   if (timer_ == 0) {
     timer_ = loop_.after(kDelay, [this] {
@@ -41,6 +46,7 @@ void AckSender::flush() {
       ack.robot_id = robot_id;
       ack.timestamp = loop_.clock().wall();
       if (next == 0 && what.heartbeat_seen) ack.heartbeat = what.heartbeat.value_or(*ack.timestamp);
+      if (next == 0) ack.resend_artifacts = what.resend_artifacts;
       const std::size_t end = std::min(what.reports.size(), next + kMaxAcksPerMessage);
       ack.reports.assign(std::make_move_iterator(what.reports.begin() + static_cast<std::ptrdiff_t>(next)),
                          std::make_move_iterator(what.reports.begin() + static_cast<std::ptrdiff_t>(end)));

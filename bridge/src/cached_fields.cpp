@@ -39,14 +39,19 @@ void keep_cached_robot_fields(nlohmann::json& robot) {
   static constexpr std::array<std::string_view, 1> kSpec{"labels"};
   // tokenDigest: a digest, never the token (dynamic security tells a stale
   // rejection from a real one); newestDispatch: dispatches are stamped above it.
-  static constexpr std::array<std::string_view, 11> kStatus{
+  static constexpr std::array<std::string_view, 12> kStatus{
       "phase",        "message",     "connected",           "conditions",
       "runningTasks", "endedTasks",  "endedTasksTruncated", "lastHeartbeatTime",
-      "deviceInfo",   "tokenDigest", "newestDispatch"};
+      "deviceInfo",   "tokenDigest", "newestDispatch",      "artifacts"};
   if (auto spec = robot.find("spec"); spec != robot.end()) keep_only(*spec, kSpec);
   if (auto status = robot.find("status"); status != robot.end() && status->is_object()) {
     keep_only(*status, kStatus);
     if (auto device = status->find("deviceInfo"); device != status->end()) *device = capacity_text(*device);
+    // Of the artifacts listed, only what tells them unchanged (2 KiB a robot otherwise).
+    if (auto artifacts = status->find("artifacts"); artifacts != status->end() && artifacts->is_object()) {
+      static constexpr std::array<std::string_view, 1> kArtifacts{"fingerprint"};
+      keep_only(*artifacts, kArtifacts);
+    }
   }
 }
 

@@ -59,9 +59,26 @@ void Bridge::on_heartbeat(const Heartbeat& message, bool acknowledge) {
   stop_ended_tasks_listed(robot_id, message.running_tasks);
   HeartbeatFacts facts = facts_of(message);
   if (facts.capacity.empty()) facts.capacity = memory.written.capacity;  // not sent: unchanged
+  // The artifacts' list comes once, until the robot hears that a heartbeat
+  // carrying it arrived; later beats carry only its fingerprint. A list not
+  // yet written rides on; one this bridge no longer has (it restarted, or
+  // its write was lost) is asked for again, and nothing of it written meanwhile.
+  std::optional<ArtifactsHeld> carried;
+  if (message.artifacts && !message.artifacts->held &&
+      message.artifacts->fingerprint != memory.written.artifacts_fingerprint) {
+    const auto& before = memory.unwritten ? memory.unwritten->first.artifacts : std::nullopt;
+    if (before && before->held && before->fingerprint == message.artifacts->fingerprint) {
+      carried = before;
+      facts.artifacts_fingerprint = before->fingerprint;
+    } else {
+      acks_->resend_artifacts(robot_id);
+    }
+  }
+  if (facts.artifacts_fingerprint.empty()) facts.artifacts_fingerprint = memory.written.artifacts_fingerprint;
   const auto since = steady_now - memory.last_write;
   const bool changed = facts != memory.written;
   memory.unwritten = std::pair{message, std::move(facts)};
+  if (carried) memory.unwritten->first.artifacts = std::move(carried);
   memory.unwritten_at = now();
   memory.unwritten->first.token.clear();  // never written, and 10,000 of them add up
   if (!memory.wrote || changed || since >= interval) {

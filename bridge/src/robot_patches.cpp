@@ -153,6 +153,7 @@ HeartbeatFacts facts_of(const Heartbeat& message) {
   if (message.device_info) facts.capacity = capacity_text(to_json_value(*message.device_info));
   facts.connected = true;
   if (message.storage_error) facts.storage_error = storage_fact(storage_condition(message.storage_error));
+  if (message.artifacts && message.artifacts->held) facts.artifacts_fingerprint = message.artifacts->fingerprint;
   return facts;
 }
 
@@ -183,6 +184,9 @@ HeartbeatFacts facts_of_robot(const json& robot) {
   facts.capacity = device.is_string() ? device.get<std::string>() : capacity_text(device);
   facts.connected = says_connected(&robot);
   facts.storage_error = storage_fact(crd::find_condition(robot, kStorageReady));
+  if (const json& fingerprint = field(robot, "status", "artifacts"); fingerprint.is_object()) {
+    facts.artifacts_fingerprint = fingerprint.value("fingerprint", "");
+  }
   return facts;
 }
 
@@ -197,6 +201,17 @@ json heartbeat_status_patch(const Heartbeat& message, const json& robot, Timesta
   status["endedTasksTruncated"] = message.ended_tasks_truncated ? json(true) : json(nullptr);
   put_knowledge(status, message.knows);
   if (message.device_info) status["deviceInfo"] = to_json_value(*message.device_info);
+  // What the robot's artifact store holds, when the heartbeat lists it (a
+  // fingerprint alone says it is unchanged).
+  if (message.artifacts && message.artifacts->held) {
+    const ArtifactsHeld& held = *message.artifacts;
+    status["artifacts"] = {{"fingerprint", held.fingerprint},
+                           {"count", held.count},
+                           {"bytes", held.bytes},
+                           {"maxBytes", held.max_bytes},
+                           {"held", *held.held},
+                           {"truncated", held.truncated ? json(true) : json(nullptr)}};
+  }
   // Conditions are one list in a merge patch: each change goes onto the
   // list the one before made.
   json conditions_of = {{"status", {{"conditions", field(robot, "status", "conditions")}}}};

@@ -6,6 +6,7 @@
 #include "k8s4r/common/identifiers.h"
 #include "k8s4r/common/json_depth.h"
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -60,6 +61,15 @@ constexpr std::array<std::pair<ReportResult, std::string_view>, 2> kReportResult
 }};
 
 Result<void> check_identifier(std::string_view value) { return validate_identifier(value); }
+
+bool is_lower_hex(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+Result<void> check_fingerprint(std::string_view value) {
+  if (value.size() != 16 || !is_lower_hex(value)) return Error{"", "must be 16 lowercase hex digits"};
+  return ok();
+}
 
 Result<void> check_not_empty(std::string_view value) {
   if (value.empty()) return Error{"", "must not be empty"};
@@ -355,6 +365,30 @@ std::string_view to_string(ReportResult result) { return name_of(kReportResults,
 
 namespace {
 
+std::optional<ArtifactsHeld> read_artifacts_held(ObjectReader& r) {
+  ArtifactsHeld held;
+  const bool present = r.optional_object("artifacts", [&](ObjectReader& a) {
+    held.fingerprint = a.required_string("fingerprint", check_fingerprint);
+    held.count = a.required_integer("count", 0);
+    held.bytes = a.required_integer("bytes", 0);
+    held.max_bytes = a.optional_integer("maxBytes", 0).value_or(0);
+    if (a.object().contains("held") && !a.object().at("held").is_null())
+      held.held = a.optional_string_array("held", check_artifact_digest, kMaxArtifactsListed);
+    held.truncated = a.optional_bool("truncated").value_or(false);
+  });
+  if (!present) return std::nullopt;
+  return held;
+}
+
+void put_artifacts_held(json& j, const std::optional<ArtifactsHeld>& held) {
+  if (!held) return;
+  json a = {{"fingerprint", held->fingerprint}, {"count", held->count}, {"bytes", held->bytes}};
+  if (held->max_bytes) a["maxBytes"] = held->max_bytes;
+  if (held->held) a["held"] = *held->held;
+  if (held->truncated) a["truncated"] = true;
+  j["artifacts"] = std::move(a);
+}
+
 RobotKnowledge read_robot_knowledge(ObjectReader& r) {
   RobotKnowledge knows;
   knows.report_seq = r.optional_integer("reportSeq", 0);
@@ -396,6 +430,7 @@ Result<Heartbeat> parse_heartbeat(std::string_view payload) {
     message.device_info = read_optional_device_info(r);
     message.storage_error = read_optional_storage_error(r);
     message.knows = read_robot_knowledge(r);
+    message.artifacts = read_artifacts_held(r);
     return message;
   });
 }
@@ -472,6 +507,14 @@ std::size_t depth_of(const json& value, std::size_t limit) {
 }
 
 }  // namespace
+
+Result<void> check_artifact_digest(std::string_view text) {
+  const bool sha256 = text.rfind("sha256:", 0) == 0 && text.size() == 7 + 64;
+  const bool sha512 = text.rfind("sha512:", 0) == 0 && text.size() == 7 + 128;
+  if ((!sha256 && !sha512) || !is_lower_hex(text.substr(7)))
+    return Error{"", "must be sha256: and 64 lowercase hex digits or sha512: and 128"};
+  return ok();
+}
 
 Result<json> task_outputs_from(json value) {
   if (!value.is_object()) return Error{"outputs", "must be a JSON object, got " + std::string(value.type_name())};
@@ -560,6 +603,7 @@ Result<Ack> parse_ack(std::string_view payload) {
         kMaxAcksPerMessage);
     message.heartbeat = r.optional_time("heartbeat");
     message.timestamp = r.optional_time("timestamp");
+    message.resend_artifacts = r.optional_bool("resendArtifacts").value_or(false);
     return message;
   });
 }
@@ -634,6 +678,7 @@ json to_json_value(const Heartbeat& message) {
   if (message.device_info) j["deviceInfo"] = device_info_json(*message.device_info);
   put_storage_error(j, message.storage_error);
   put_robot_knowledge(j, message.knows);
+  put_artifacts_held(j, message.artifacts);
   return j;
 }
 
@@ -692,6 +737,7 @@ json to_json_value(const Ack& message) {
   }
   put_time(j, "heartbeat", message.heartbeat);
   put_time(j, "timestamp", message.timestamp);
+  if (message.resend_artifacts) j["resendArtifacts"] = true;
   return j;
 }
 

@@ -21,7 +21,7 @@ import pytest
 from agent_support import (ROBOT, AgentProcess, Bridge, agent, agent_factory, alive, bridge, count_lines, create, delete,
                            dispatch_topic, heartbeat_topic, processes_marked, register_topic, status_topic,
                            task_cgroup_parent, wait_for_file)
-from conftest import Observer, binary, wait_until
+from conftest import FileServer, Observer, binary, wait_until
 
 PRESENCE = f"k8s4r/robots/{ROBOT}/presence"
 REGISTER = register_topic(ROBOT)
@@ -309,35 +309,17 @@ def test_artifacts_with_good_and_bad_checksums(bridge, agent, tmp_path, http_fil
 
 @pytest.fixture
 def counted_http(tmp_path):
-    """An HTTP server of the files in a directory that records every path it is asked for."""
-    root = tmp_path / "counted"
-    root.mkdir()
-    asked = []
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, directory=str(root), **kwargs)
-
-        def do_GET(self):
-            asked.append(self.path)
-            super().do_GET()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}", asked
-    server.shutdown()
-    server.server_close()
+    server = FileServer(tmp_path / "counted")
+    yield server.root, server.url, server.asked
+    server.close()
 
 
 def test_an_artifact_is_downloaded_once_kept_by_its_checksum_and_a_corrupt_copy_is_fetched_again(
         bridge, agent_factory, observer, tmp_path, counted_http):
     """The robot's artifact store, judged by what the server was asked for and what each task read: the first task
-    downloads; a second naming the same checksum from another URL (a mirror) gets it from the store, across an agent
-    killed with -9 and started again; a store entry changed on disk is dropped and the artifact downloaded again; an
+    downloads; a second naming the same URL and checksum gets it from the store, also across an agent killed with -9
+    and started again; another URL with the same checksum is fetched once (knowing a checksum is not being allowed
+    the content), then served too; a store entry changed on disk is dropped and the artifact downloaded again; an
     artifact without a checksum is never kept."""
     root, url, asked = counted_http
     content = b"#!/bin/sh\necho model v7\n"
@@ -362,26 +344,31 @@ def test_an_artifact_is_downloaded_once_kept_by_its_checksum_and_a_corrupt_copy_
     assert entry.read_bytes() == content
     assert oct(entry.parent.stat().st_mode & 0o777) == "0o700"
 
-    run("t-store-2", f"{url}/mirror/model.sh")
-    assert asked == ["/model.sh"]  # the mirror was never asked: the store had it
+    run("t-store-2", f"{url}/model.sh")
+    assert asked == ["/model.sh"]  # not asked again: the store had it
     assert "from the robot's store" in agent.log_text()
+    # Knowing the checksum is not enough: a URL the entry never came from is fetched (and then served too).
+    run("t-store-2m", f"{url}/mirror/model.sh")
+    assert asked == ["/model.sh", "/mirror/model.sh"]
+    run("t-store-2n", f"{url}/mirror/model.sh")
+    assert asked == ["/model.sh", "/mirror/model.sh"]
 
     agent.kill9()
     agent.start()
     observer.wait_for(f"k8s4r/robots/{ROBOT}/presence", lambda m: m["online"])
     run("t-store-3", f"{url}/model.sh")
-    assert asked == ["/model.sh"]
+    assert asked == ["/model.sh", "/mirror/model.sh"]
 
     entry.write_bytes(b"#!/bin/sh\necho tampered\n")
     run("t-store-4", f"{url}/model.sh")
-    assert asked == ["/model.sh", "/model.sh"]  # dropped, downloaded again
+    assert asked == ["/model.sh", "/mirror/model.sh", "/model.sh"]  # dropped, downloaded again
     assert entry.read_bytes() == content
     assert "did not match it; dropped, downloading again" in agent.log_text()
 
     run("t-store-5", f"{url}/mirror/model.sh", with_checksum=False)
     assert asked[-1] == "/mirror/model.sh"
-    assert sorted(p.name for p in entry.parent.iterdir()) == [entry.name]
-    assert read.read_text().splitlines() == [f"t-store-{n} model v7" for n in range(1, 6)]
+    assert sorted(p.name for p in entry.parent.iterdir()) == [entry.name, entry.name + ".sources"]
+    assert read.read_text().splitlines() == [f"t-store-{n} model v7" for n in ["1", "2", "2m", "2n", "3", "4", "5"]]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs tasks as another user")

@@ -1,12 +1,13 @@
 """k8s4r-manager end to end: kubectl apply of Jobs, run by real agents through the real bridge and broker, the
 manager deciding (robot approval and liveness, placement, rescheduling), judged with kubectl."""
+import hashlib
 import json
 import shutil
 import threading
 import time
 from datetime import datetime, timedelta, timezone
 
-from conftest import Broker, Observer
+from conftest import Broker, FileServer, Observer
 from manager_support import (BridgeProcess, apply, bridge, broker, create_robot_secret, get, group,  # noqa: F401
                              items, job, job_state, manager_factory, processes_marked,
                              robot_phase, robots, sim, tasks_of_job, wait_job, wait_until, zone_is)
@@ -609,3 +610,46 @@ def test_a_group_that_uses_another_groups_outputs_runs_after_it_with_its_values_
     wait_until(lambda: any(e["reason"] == "OutputsUnavailable" for e in events_of(sim, "maps-o3-publish")), 20,
                "an OutputsUnavailable Event on the publish group")
     assert "group build failed" in get(sim, "rtg", "maps-o3-publish")["status"]["statusDescription"]
+
+
+def test_a_task_goes_to_the_robot_that_holds_its_artifact_and_the_robot_says_what_it_holds(
+        sim, robots, manager_factory, tmp_path):
+    """The scheduler's artifact score, judged by where the work ran and what the server was asked for: robot-b ran
+    a task with a checksummed artifact (its Robot then lists the checksum in status.artifacts); a later Job with the
+    same artifact and no constraint goes to robot-b, not to robot-a that the tie would pick, fetches nothing, and its
+    Scheduled Event says why."""
+    server = FileServer(tmp_path / "served")
+    content = b"#!/bin/sh\necho calibrated\n"
+    (server.root / "calibrate.sh").write_bytes(content)
+    checksum = "sha256:" + hashlib.sha256(content).hexdigest()
+    try:
+        manager_factory().start()
+        robots("robot-a")
+        robots("robot-b")
+        for name in ("robot-a", "robot-b"):
+            wait_until(lambda name=name: robot_phase(sim, name) == "Online", 20, f"{name} to be Online")
+        ran = tmp_path / "ran"
+
+        def calibration(name, constraints=()):
+            spec = group("g", 1, f"echo $K8S4R_ROBOT_ID $(sh local/calibrate.sh) >> {ran}", constraints=constraints)
+            spec["tasks"][0]["artifacts"] = [{"getterSource": f"{server.url}/calibrate.sh",
+                                              "relativeDest": "local/", "getterOptions": {"checksum": checksum}}]
+            return job(name, [spec])
+
+        apply(sim, calibration("warm", [{"lTarget": "${robot.name}", "operand": "=", "rTarget": "robot-b"}]))
+        wait_job(sim, "warm", "completed", 60)
+        wait_until(lambda: checksum in ((get(sim, "robot", "robot-b").get("status", {}).get("artifacts") or {})
+                                        .get("held") or []), 20, "robot-b to list the artifact it holds")
+        held = get(sim, "robot", "robot-b")["status"]["artifacts"]
+        assert held["count"] == 1 and held["bytes"] == len(content), held
+
+        apply(sim, calibration("again"))
+        wait_job(sim, "again", "completed", 60)
+        task = tasks_of_job(sim, "again")[0]
+        assert task["spec"]["targetRobot"] == "robot-b"
+        assert ran.read_text().splitlines() == ["robot-b calibrated", "robot-b calibrated"]
+        assert server.asked == ["/calibrate.sh"]  # the second run took the robot's copy
+        scheduled = [e["message"] for e in events_of(sim, task["metadata"]["name"]) if e["reason"] == "Scheduled"]
+        assert scheduled == ["placed on robot robot-b, which holds 1 of the 1 artifact(s) of its replica"], scheduled
+    finally:
+        server.close()

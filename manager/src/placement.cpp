@@ -1,11 +1,13 @@
 #include "k8s4r/manager/placement.h"
 
+#include "k8s4r/common/messages.h"
 #include "k8s4r/crd/quantity.h"
 #include "k8s4r/crd/resources.h"
 
 #include <re2/re2.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <sstream>
@@ -213,6 +215,8 @@ RobotFacts robot_facts(const json& robot) {
     }
   }
   facts.attributes["robot.name"] = facts.attributes["node.unique.name"] = facts.name;
+  for (const json& checksum : crd::value_at(robot, {"status", "artifacts", "held"}))
+    if (checksum.is_string()) facts.artifacts.insert(checksum.get<std::string>());
   const json& device = crd::value_at(robot, {"status", "deviceInfo"});
   for (const auto& [attribute, path] :
        std::initializer_list<std::pair<const char*, std::pair<const char*, const char*>>>{
@@ -240,11 +244,16 @@ RobotFacts robot_facts(const json& robot) {
 
 Placement place(const TaskNeeds& needs, const std::vector<RobotFacts>& robots) {
   const RobotFacts* best = nullptr;
-  auto better = [](const RobotFacts& a, const RobotFacts& b) {
+  const auto held = [&](const RobotFacts& robot) {
+    std::int64_t count = 0;
+    for (const std::string& checksum : needs.artifacts) count += robot.artifacts.count(checksum) ? 1 : 0;
+    return count;
+  };
+  auto better = [&](const RobotFacts& a, const RobotFacts& b) {
     const std::int64_t free_a = a.cpu_milli ? *a.cpu_milli - a.cpu_milli_used : INT64_MAX;
     const std::int64_t free_b = b.cpu_milli ? *b.cpu_milli - b.cpu_milli_used : INT64_MAX;
-    return std::tuple(a.tasks_of_group, a.tasks, -free_a, a.name) <
-           std::tuple(b.tasks_of_group, b.tasks, -free_b, b.name);
+    return std::tuple(a.tasks_of_group, -held(a), a.tasks, -free_a, a.name) <
+           std::tuple(b.tasks_of_group, -held(b), b.tasks, -free_b, b.name);
   };
   std::map<std::string, int> why_not;  // reason (with its verb for one and for many) -> count
   std::map<std::string, std::pair<std::string, std::string>> wording;
@@ -286,7 +295,7 @@ Placement place(const TaskNeeds& needs, const std::vector<RobotFacts>& robots) {
     }
     if (!best || better(robot, *best)) best = &robot;
   }
-  if (best) return Placement{best->name, ""};
+  if (best) return Placement{best->name, "", static_cast<std::size_t>(held(*best)), needs.artifacts.size()};
   if (robots.empty()) return Placement{std::nullopt, "no robots"};
   std::vector<std::pair<int, std::string>> reasons;
   for (const auto& [key, count] : why_not) {
@@ -356,6 +365,13 @@ Result<TaskNeeds> replica_needs(const json& job, const json& task_group) {
     }
     needs.cpu_milli += resources.value().cpu_milli;
     needs.memory_bytes += resources.value().memory_bytes;
+    for (const json& artifact : crd::value_at(tasks[i], {"artifacts"})) {
+      std::string checksum = crd::string_at(artifact, {"getterOptions", "checksum"});
+      for (char& c : checksum) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (check_artifact_digest(checksum) &&
+          std::find(needs.artifacts.begin(), needs.artifacts.end(), checksum) == needs.artifacts.end())
+        needs.artifacts.push_back(std::move(checksum));
+    }
   }
   return needs;
 }

@@ -185,7 +185,12 @@ bool Manager::write_placement(Unplaced& item, const Placement& placement) {
   } else if (placed) {
     if (!key.empty()) metrics_.add("k8s4r_manager_cache_lookups_total", {{"result", "miss"}});
     spdlog::debug("task {} placed on robot {}", item.key, *placement.robot);
-    record(updated.value(), "Normal", "Scheduled", "placed on robot " + *placement.robot);
+    std::string said = "placed on robot " + *placement.robot;
+    if (placement.artifacts_wanted > 0) {
+      said += ", which holds " + std::to_string(placement.artifacts_held) + " of the " +
+              std::to_string(placement.artifacts_wanted) + " artifact(s) of its replica";
+    }
+    record(updated.value(), "Normal", "Scheduled", said);
   } else {
     spdlog::info("task {} pending: no robot fits: {}", item.key, placement.why);
     record(updated.value(), "Warning", "FailedScheduling", "no robot fits: " + placement.why);

@@ -475,6 +475,40 @@ TEST_F(AgentTest, HeartbeatsKeepTheirIntervalAndListTheRunningTasks) {
   EXPECT_TRUE(heartbeats()[3].running_tasks.empty());
 }
 
+// What the artifact store holds goes in full only until the bridge has it:
+// later beats carry its fingerprint alone, until it changes or the bridge
+// says it lost the list.
+TEST_F(AgentTest, HeartbeatsListTheArtifactStoreUntilABeatThatListedItIsAcknowledgedAndWhenTheBridgeAsks) {
+  connect();
+  ASSERT_EQ(heartbeats().size(), 1u);
+  const Heartbeat first = heartbeats()[0];
+  ASSERT_TRUE(first.artifacts);
+  ASSERT_TRUE(first.artifacts->held);
+  EXPECT_TRUE(first.artifacts->held->empty());
+  EXPECT_EQ(first.artifacts->count, 0);
+  EXPECT_EQ(first.artifacts->max_bytes, 1LL << 30);
+  EXPECT_EQ(first.artifacts->fingerprint.size(), 16u);
+  advance(10s);
+  EXPECT_TRUE(heartbeats()[1].artifacts->held);  // not acknowledged yet: listed again
+
+  Ack ack;
+  ack.robot_id = "robot-1";
+  ack.heartbeat = heartbeats()[1].timestamp;
+  send_ack(ack);
+  advance(10s);
+  const Heartbeat after = heartbeats()[2];
+  ASSERT_TRUE(after.artifacts);
+  EXPECT_FALSE(after.artifacts->held);
+  EXPECT_EQ(after.artifacts->fingerprint, first.artifacts->fingerprint);
+
+  Ack resend;
+  resend.robot_id = "robot-1";
+  resend.resend_artifacts = true;
+  send_ack(resend);
+  advance(10s);
+  EXPECT_TRUE(heartbeats()[3].artifacts->held);
+}
+
 TEST_F(AgentTest, EveryListOfTasksSaysWhatTheRobotHadSeenWhenItWasMade) {
   // A heartbeat may be written long after it was made (held in the broker or
   // a stalled bridge): beside its list it says the newest report seq drawn

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,8 @@ namespace k8s4r::agent {
 namespace {
 
 namespace fs = std::filesystem;
+
+const std::string kUrl = "https://models.example/v7/model.bin";
 
 void write(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 std::string read(const fs::path& path) {
@@ -71,13 +74,13 @@ TEST_F(StoreTest, WhatItKeepsItGivesBackAsANewFileOfTheTasks) {
   const ContentDigest digest = sha256_of(content);
   const fs::path target = dir_ / "next-task" / "tool.sh";
   fs::create_directories(target.parent_path());
-  EXPECT_EQ(store.copy_out(digest, target.string(), nullptr), StoreUse::miss);
+  EXPECT_EQ(store.copy_out(digest, kUrl, target.string(), nullptr), StoreUse::miss);
   EXPECT_FALSE(fs::exists(target));
 
-  ASSERT_TRUE(store.keep(digest, downloaded("tool.sh", content).string(), {}));
+  ASSERT_TRUE(store.keep(digest, downloaded("tool.sh", content).string(), kUrl, {}));
   EXPECT_EQ(store.bytes(), content.size());
   EXPECT_EQ(fs::status(store_dir()).permissions() & fs::perms::all, fs::perms::owner_all);
-  EXPECT_EQ(store.copy_out(digest, target.string(), nullptr), StoreUse::hit);
+  EXPECT_EQ(store.copy_out(digest, kUrl, target.string(), nullptr), StoreUse::hit);
   EXPECT_EQ(read(target), content);
   // A copy, not a link: a task that changes its file changes nothing kept.
   EXPECT_EQ(fs::hard_link_count(target), 1u);
@@ -88,10 +91,10 @@ TEST_F(StoreTest, WhatItKeepsItGivesBackAsANewFileOfTheTasks) {
 TEST_F(StoreTest, ACorruptEntryIsDroppedAndNothingOfItReachesTheTask) {
   ArtifactStore store(store_dir().string(), 1 << 20);
   const ContentDigest digest = sha256_of("the real content");
-  ASSERT_TRUE(store.keep(digest, downloaded("a.bin", "the real content").string(), {}));
+  ASSERT_TRUE(store.keep(digest, downloaded("a.bin", "the real content").string(), kUrl, {}));
   write(store_dir() / digest.entry_name(), "bit rot or a tamperer");
   const fs::path target = dir_ / "a.bin.part";
-  EXPECT_EQ(store.copy_out(digest, target.string(), nullptr), StoreUse::corrupt);
+  EXPECT_EQ(store.copy_out(digest, kUrl, target.string(), nullptr), StoreUse::corrupt);
   EXPECT_FALSE(fs::exists(target));
   EXPECT_FALSE(fs::exists(store_dir() / digest.entry_name()));
   EXPECT_TRUE(store.held().empty());
@@ -101,28 +104,86 @@ TEST_F(StoreTest, ACorruptEntryIsDroppedAndNothingOfItReachesTheTask) {
 TEST_F(StoreTest, TheLeastRecentlyUsedGoFirstAndNeverAPinnedOne) {
   ArtifactStore store(store_dir().string(), 3000);
   const std::string a(1000, 'a'), b(1000, 'b'), c(1000, 'c'), d(1000, 'd');
-  ASSERT_TRUE(store.keep(sha256_of(a), downloaded("a", a).string(), {}));
-  ASSERT_TRUE(store.keep(sha256_of(b), downloaded("b", b).string(), {}));
-  ASSERT_TRUE(store.keep(sha256_of(c), downloaded("c", c).string(), {}));
-  EXPECT_EQ(store.copy_out(sha256_of(a), (dir_ / "a.copy").string(), nullptr), StoreUse::hit);  // a used again
-  ASSERT_TRUE(store.keep(sha256_of(d), downloaded("d", d).string(), {}));
+  ASSERT_TRUE(store.keep(sha256_of(a), downloaded("a", a).string(), kUrl, {}));
+  ASSERT_TRUE(store.keep(sha256_of(b), downloaded("b", b).string(), kUrl, {}));
+  ASSERT_TRUE(store.keep(sha256_of(c), downloaded("c", c).string(), kUrl, {}));
+  EXPECT_EQ(store.copy_out(sha256_of(a), kUrl, (dir_ / "a.copy").string(), nullptr), StoreUse::hit);  // a used again
+  ASSERT_TRUE(store.keep(sha256_of(d), downloaded("d", d).string(), kUrl, {}));
   EXPECT_EQ(store.held(), (std::vector<ContentDigest>{sha256_of(d), sha256_of(a), sha256_of(c)}));  // b went
   EXPECT_FALSE(fs::exists(store_dir() / sha256_of(b).entry_name()));
   EXPECT_EQ(store.bytes(), 3000u);
 
   // c is the oldest, but the task being fetched uses it: a goes instead.
-  ASSERT_TRUE(store.keep(sha256_of(b), downloaded("b", b).string(), {sha256_of(c)}));
+  ASSERT_TRUE(store.keep(sha256_of(b), downloaded("b", b).string(), kUrl, {sha256_of(c)}));
   EXPECT_EQ(store.held(), (std::vector<ContentDigest>{sha256_of(b), sha256_of(d), sha256_of(c)}));
   // Larger than the whole store: not kept, and nothing else goes for it.
-  EXPECT_FALSE(store.keep(sha256_of(std::string(3001, 'e')), downloaded("e", std::string(3001, 'e')).string(), {}));
+  EXPECT_FALSE(
+      store.keep(sha256_of(std::string(3001, 'e')), downloaded("e", std::string(3001, 'e')).string(), kUrl, {}));
   EXPECT_EQ(store.held().size(), 3u);
+}
+
+// Knowing a checksum is not being allowed the content: an entry serves a
+// task that names a URL it came from, unless the robot says any URL will do.
+TEST_F(StoreTest, AnEntryServesOnlyATaskNamingAUrlItCameFromUnlessAnyUrlWillDo) {
+  const std::string content = "weights a presigned URL guards";
+  const ContentDigest digest = sha256_of(content);
+  const std::string mirror = "https://mirror.example/model.bin";
+  {
+    ArtifactStore store(store_dir().string(), 1 << 20);
+    ASSERT_TRUE(store.keep(digest, downloaded("m", content).string(), kUrl, {}));
+    EXPECT_EQ(store.copy_out(digest, "http://invalid./guess", (dir_ / "out").string(), nullptr), StoreUse::miss);
+    EXPECT_FALSE(fs::exists(dir_ / "out"));
+    // Fetched from the mirror too (a download, verified): now served from either.
+    ASSERT_TRUE(store.keep(digest, downloaded("m", content).string(), mirror, {}));
+    EXPECT_EQ(store.copy_out(digest, mirror, (dir_ / "out").string(), nullptr), StoreUse::hit);
+    EXPECT_EQ(store.copy_out(digest, kUrl, (dir_ / "out").string(), nullptr), StoreUse::hit);
+  }
+  ArtifactStore again(store_dir().string(), 1 << 20);  // the sources survive a restart
+  EXPECT_EQ(again.copy_out(digest, mirror, (dir_ / "out").string(), nullptr), StoreUse::hit);
+  EXPECT_EQ(again.copy_out(digest, "http://invalid./guess", (dir_ / "out").string(), nullptr), StoreUse::miss);
+  ArtifactStore any(store_dir().string(), 1 << 20, ArtifactStore::Match::checksum);
+  EXPECT_EQ(any.copy_out(digest, "http://invalid./guess", (dir_ / "out").string(), nullptr), StoreUse::hit);
+}
+
+TEST_F(StoreTest, WhatDoesNotFitBesideThePinnedIsNotKeptAndTheQuotaHolds) {
+  ArtifactStore store(store_dir().string(), 2500);
+  const std::string a(1000, 'a'), b(1000, 'b'), c(1000, 'c');
+  ASSERT_TRUE(store.keep(sha256_of(a), downloaded("a", a).string(), kUrl, {}));
+  ASSERT_TRUE(store.keep(sha256_of(b), downloaded("b", b).string(), kUrl, {sha256_of(a)}));
+  // A task of three artifacts: two held and pinned, the third cannot fit.
+  EXPECT_FALSE(store.keep(sha256_of(c), downloaded("c", c).string(), kUrl, {sha256_of(a), sha256_of(b)}));
+  EXPECT_EQ(store.bytes(), 2000u);
+  EXPECT_FALSE(fs::exists(store_dir() / sha256_of(c).entry_name()));
+}
+
+TEST_F(StoreTest, TheOrderOfUseSurvivesARestartWhateverTheClockDid) {
+  const std::string a(1000, 'a'), b(1000, 'b'), c(1000, 'c'), d(1000, 'd');
+  {
+    ArtifactStore store(store_dir().string(), 3000);
+    ASSERT_TRUE(store.keep(sha256_of(a), downloaded("a", a).string(), kUrl, {}));
+    ASSERT_TRUE(store.keep(sha256_of(b), downloaded("b", b).string(), kUrl, {}));
+    ASSERT_TRUE(store.keep(sha256_of(c), downloaded("c", c).string(), kUrl, {}));
+    ASSERT_EQ(store.copy_out(sha256_of(a), kUrl, (dir_ / "a.copy").string(), nullptr), StoreUse::hit);
+  }
+  ArtifactStore again(store_dir().string(), 3000);
+  EXPECT_EQ(again.held(), (std::vector<ContentDigest>{sha256_of(a), sha256_of(c), sha256_of(b)}));
+  ASSERT_TRUE(again.keep(sha256_of(d), downloaded("d", d).string(), kUrl, {}));
+  EXPECT_FALSE(fs::exists(store_dir() / sha256_of(b).entry_name()));  // b, the least recently used, went
+  EXPECT_FALSE(fs::exists(store_dir() / (sha256_of(b).entry_name() + ".sources")));
+}
+
+TEST_F(StoreTest, ADirectoryOfAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the directory away";
+  fs::create_directories(store_dir());
+  ASSERT_EQ(::chown(store_dir().c_str(), 65534, 65534), 0);
+  EXPECT_THROW(ArtifactStore(store_dir().string(), 1 << 20), std::runtime_error);
 }
 
 TEST_F(StoreTest, AStoreOpenedAgainHoldsWhatItKeptAndNothingACrashOrAnotherHandLeft) {
   const std::string content = "kept across a restart";
   {
     ArtifactStore store(store_dir().string(), 1 << 20);
-    ASSERT_TRUE(store.keep(sha256_of(content), downloaded("x", content).string(), {}));
+    ASSERT_TRUE(store.keep(sha256_of(content), downloaded("x", content).string(), kUrl, {}));
   }
   write(store_dir() / ".incoming-7", "half a copy");       // a crash during keep
   write(store_dir() / "notes.txt", "an operator's file");  // not an entry: left alone, not counted
@@ -132,7 +193,7 @@ TEST_F(StoreTest, AStoreOpenedAgainHoldsWhatItKeptAndNothingACrashOrAnotherHandL
   EXPECT_EQ(again.bytes(), content.size());
   EXPECT_FALSE(fs::exists(store_dir() / ".incoming-7"));
   EXPECT_TRUE(fs::exists(store_dir() / "notes.txt"));
-  EXPECT_EQ(again.copy_out(sha256_of("root:x"), (dir_ / "out").string(), nullptr), StoreUse::miss);
+  EXPECT_EQ(again.copy_out(sha256_of("root:x"), kUrl, (dir_ / "out").string(), nullptr), StoreUse::miss);
   // A smaller quota at the next start is kept at once.
   ArtifactStore smaller(store_dir().string(), 4);
   EXPECT_TRUE(smaller.held().empty());

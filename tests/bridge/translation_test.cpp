@@ -246,6 +246,26 @@ TEST(RobotPatches, OnlyRunningTasksCapacityAndConnectionAreUrgentInAHeartbeat) {
   EXPECT_EQ(facts_of_robot(robot), facts_of(working));
 }
 
+TEST(RobotPatches, AListOfArtifactsIsWrittenAndAFingerprintAloneChangesNothing) {
+  const Heartbeat listed = parse_heartbeat(example("heartbeat/valid-artifacts.json")).value();
+  json robot = {{"metadata", {{"name", "robot-001"}}}, {"status", {{"connected", true}}}};
+  robot.merge_patch(heartbeat_status_patch(listed, robot, kNow));
+  EXPECT_EQ(robot["status"]["artifacts"]["held"], json(*listed.artifacts->held));
+  EXPECT_EQ(robot["status"]["artifacts"]["count"], 2);
+  EXPECT_EQ(facts_of_robot(robot), facts_of(listed));
+  EXPECT_EQ(facts_of(listed).artifacts_fingerprint, "3f1c9a0b7d2e4c58");
+
+  const Heartbeat unchanged = parse_heartbeat(example("heartbeat/valid-artifacts-unchanged.json")).value();
+  EXPECT_FALSE(heartbeat_status_patch(unchanged, robot, kNow)["status"].contains("artifacts"));
+  EXPECT_EQ(facts_of(unchanged).artifacts_fingerprint, "");  // not listed: the caller keeps what it wrote
+
+  // The bridge's cache keeps only what tells a list unchanged.
+  json cached = robot;
+  keep_cached_robot_fields(cached);
+  EXPECT_EQ(cached["status"]["artifacts"], json({{"fingerprint", "3f1c9a0b7d2e4c58"}}));
+  EXPECT_EQ(facts_of_robot(cached).artifacts_fingerprint, "3f1c9a0b7d2e4c58");
+}
+
 TEST(RobotPatches, AnAgentThatCannotStoreItsStateIsWrittenAtOnceAsStorageReadyFalseAndTrueOnceItCanAgain) {
   const Heartbeat healthy = parse_heartbeat(example("heartbeat/valid-with-tasks.json")).value();
   const Heartbeat full = parse_heartbeat(example("heartbeat/valid-storage-full.json")).value();

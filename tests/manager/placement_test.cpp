@@ -110,6 +110,31 @@ TEST(Place, PicksAFittingRobotSpreadingAGroupThenTheLeastLoaded) {
   EXPECT_EQ(place({}, robots).robot, "a");  // a tie goes by name
 }
 
+TEST(Place, PrefersRobotsHoldingTheTasksArtifactsAfterTheSpreadBeforeTheLoad) {
+  const std::string model = "sha256:" + std::string(64, 'a'), map = "sha256:" + std::string(64, 'b');
+  json resource = {{"metadata", {{"name", "b"}}},
+                   {"status", {{"phase", "Online"}, {"artifacts", {{"held", {map, model, 7}}}}}}};
+  EXPECT_EQ(robot_facts(resource).artifacts, (std::set<std::string>{model, map}));
+  std::vector<RobotFacts> robots = {robot("a"), robot("b"), robot("c")};
+  robots[1].artifacts = {model};
+  robots[1].tasks = 2;  // busier, and still first: it need not download the model
+  robots[2].artifacts = {model, map};
+  robots[2].tasks = 2;
+  TaskNeeds needs;
+  needs.artifacts = {model, map};
+  Placement placed = place(needs, robots);
+  EXPECT_EQ(placed.robot, "c");  // holds both
+  EXPECT_EQ(placed.artifacts_held, 2u);
+  EXPECT_EQ(placed.artifacts_wanted, 2u);
+  robots[2].tasks_of_group = 1;  // the group's spread comes first
+  EXPECT_EQ(place(needs, robots).robot, "b");
+  robots[1].phase = "Offline";  // a score, never a requirement
+  placed = place(needs, robots);
+  EXPECT_EQ(placed.robot, "a");
+  EXPECT_EQ(placed.artifacts_held, 0u);
+  EXPECT_EQ(place({}, robots).artifacts_wanted, 0u);
+}
+
 TEST(Place, SaysWhyNothingFits) {
   std::vector<RobotFacts> robots = {robot("a", "Online", {{"zone", "lab-b"}}),
                                     robot("b", "Online", {{"zone", "lab-b"}}),
@@ -153,10 +178,14 @@ TEST(ReplicaNeeds, AddUpTheTasksOfAReplica) {
       "constraints": [{"ltarget": "${attr.arch}", "operand": "=", "rtarget": "arm64"}],
       "tasks": [{"name": "a", "resources": {"cpu": "500m", "memory": "128Mi"},
                  "constraints": [{"ltarget": "${meta.camera}", "operand": "=", "rtarget": "yes"}]},
-                {"name": "b", "resources": {"cpu": 1, "memory": 1048576}},
-                {"name": "c"}]}})");
+                {"name": "b", "resources": {"cpu": 1, "memory": 1048576},
+                 "artifacts": [{"getterSource": "https://m/x", "getterOptions": {"checksum": "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}},
+                               {"getterSource": "https://m/y"}]},
+                {"name": "c", "artifacts": [{"getterSource": "https://m/x", "getterOptions": {"checksum": "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}}]}]}})");
   auto needs = replica_needs(job, group);
   ASSERT_TRUE(needs) << needs.error().to_string();
+  // Each checksum once, as robots report it; an artifact without one names no content.
+  EXPECT_EQ(needs.value().artifacts, std::vector<std::string>{"sha256:" + std::string(64, 'a')});
   EXPECT_EQ(needs.value().selector, (std::map<std::string, std::string>{{"zone", "lab-a"}}));
   EXPECT_EQ(needs.value().cpu_milli, 1500);
   EXPECT_EQ(needs.value().memory_bytes, (128LL << 20) + (1LL << 20));

@@ -69,6 +69,9 @@ class ArtifactWorker {
 
   void fetch(std::vector<Artifact> artifacts, std::string task_dir, std::optional<ReadAs> read_as,
              std::function<void(Result<void>)> done);
+  // The robot's store, for what heartbeats say of it (ArtifactStore::summary
+  // is safe from any thread); none without one.
+  const ArtifactStore* store() const { return store_.get(); }
 
  private:
   struct Job {

@@ -38,6 +38,9 @@ struct AgentConfig {
   // artifact-store-bytes: the robot's store of downloaded artifacts, by
   // checksum, in WORK_DIR/artifacts (0: none; artifact_store.h).
   std::uint64_t artifact_store_bytes = std::uint64_t{1} << 30;
+  // artifact-store-match: url (a stored artifact serves a task that names a
+  // URL it was fetched from) or checksum (any URL with its checksum).
+  std::string artifact_store_match = "url";
   // finished-task-retention: how long a finished task's uid is remembered (a
   // dispatch sent again within it is answered with the final report, not run),
   // counted on the agent's run clock.

@@ -42,6 +42,8 @@ class AckSender {
   void report(const std::string& robot_id, ReportAck ack);
   // `sent_at`: the heartbeat's own timestamp (echoed for an operator to match).
   void heartbeat(const std::string& robot_id, std::optional<Timestamp> sent_at);
+  // Asks the robot to list its artifacts again (Ack::resend_artifacts).
+  void resend_artifacts(const std::string& robot_id);
   // Publishes everything waiting now.
   void flush();
   // Refusals not sent, over kMaxRefusalsPerSecond. Any thread (metrics).
@@ -52,6 +54,7 @@ class AckSender {
     std::vector<ReportAck> reports;
     std::optional<Timestamp> heartbeat;
     bool heartbeat_seen = false;
+    bool resend_artifacts = false;
   };
   void schedule();
 

@@ -55,6 +55,9 @@ struct HeartbeatFacts {
   std::string capacity;       // capacity_text of the device info; "" when none was sent
   bool connected = false;     // the Robot says connected
   std::string storage_error;  // "REASON: message" while the agent cannot store its state
+  // The fingerprint of the artifacts the Robot lists (status.artifacts); ""
+  // from a heartbeat that did not list them: unchanged.
+  std::string artifacts_fingerprint;
   bool operator==(const HeartbeatFacts&) const = default;
 };
 HeartbeatFacts facts_of(const Heartbeat& message);

@@ -105,6 +105,27 @@ struct RobotKnowledge {
   bool operator==(const RobotKnowledge&) const = default;
 };
 
+// What the robot's artifact store holds (docs/agent.md#artifacts), in a
+// heartbeat: its fingerprint, count and size on every beat; the checksums
+// themselves (the kMaxArtifactsListed most recently used) only while no
+// heartbeat that carried them has been acknowledged, or when the bridge
+// asks (Ack::resend_artifacts). Absent from agents without a store.
+struct ArtifactsHeld {
+  // 16 hex digits of the SHA-256 of the checksums held, sorted, one per
+  // line: the same set, the same fingerprint.
+  std::string fingerprint;
+  std::int64_t count = 0, bytes = 0, max_bytes = 0;
+  // "sha256:HEX" or "sha512:HEX", most recently used first; none: the
+  // same as in the last beat acknowledged.
+  std::optional<std::vector<std::string>> held;
+  bool truncated = false;  // held lists fewer than count
+  bool operator==(const ArtifactsHeld&) const = default;
+};
+inline constexpr std::size_t kMaxArtifactsListed = 32;
+// A content checksum as the store names it: "sha256:" and 64 lowercase hex
+// digits, or "sha512:" and 128.
+Result<void> check_artifact_digest(std::string_view text);
+
 struct Register {
   std::string robot_id;
   std::string token;
@@ -149,6 +170,7 @@ struct Heartbeat {
   std::optional<DeviceInfo> device_info;  // Go K8s4r agents send it on every beat
   std::optional<StorageError> storage_error;
   RobotKnowledge knows;
+  std::optional<ArtifactsHeld> artifacts;
   bool operator==(const Heartbeat&) const = default;
 };
 
@@ -328,6 +350,9 @@ struct Ack {
   std::vector<ReportAck> reports;
   std::optional<Timestamp> heartbeat;
   std::optional<Timestamp> timestamp;
+  // The Robot does not hold the artifacts fingerprint the robot's heartbeat
+  // says (the bridge lost the list it carried): send the list again.
+  bool resend_artifacts = false;
   bool operator==(const Ack&) const = default;
 };
 // At most this many reports in one Ack (about 100 bytes each).

@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,7 @@ struct RobotFacts {
   std::int64_t cpu_milli_used = 0, memory_bytes_used = 0;  // by its tasks not yet ended
   int tasks = 0;                                           // tasks not yet ended
   int tasks_of_group = 0;                                  // of the group being placed
+  std::set<std::string> artifacts;                         // checksums its store holds (status.artifacts.held)
 };
 // The attributes and capacity of a Robot resource (its labels, name and
 // deviceInfo); usage and counts are the caller's.
@@ -77,11 +79,17 @@ struct TaskNeeds {
   std::map<std::string, std::string> selector;  // the Job's robotSelector
   std::vector<Constraint> constraints;          // the Job's, the group's and the task's
   std::int64_t cpu_milli = 0, memory_bytes = 0;
+  // The checksums of the tasks' artifacts (lower-cased), each once: among
+  // robots that fit, those holding more of them come first (after the
+  // group's spread, before load), never as a requirement.
+  std::vector<std::string> artifacts;
 };
 
 struct Placement {
   std::optional<std::string> robot;  // none: nothing fits, `why` says why
   std::string why;
+  std::size_t artifacts_held = 0;    // of needs.artifacts, on the robot chosen
+  std::size_t artifacts_wanted = 0;  // needs.artifacts.size()
 };
 
 Placement place(const TaskNeeds& needs, const std::vector<RobotFacts>& robots);
