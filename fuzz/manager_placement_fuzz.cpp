@@ -9,8 +9,10 @@
 // is evaluated against the robot the same input describes; a Robot's verdict,
 // once recorded, is not written again; every name made from a Job is a valid
 // object name, every label a valid label value.
+#include "k8s4r/common/messages.h"
 #include "k8s4r/crd/quantity.h"
 #include "k8s4r/crd/resources.h"
+#include "k8s4r/manager/artifact_caches.h"
 #include "k8s4r/manager/cache_key.h"
 #include "k8s4r/manager/output_references.h"
 #include "k8s4r/manager/placement.h"
@@ -88,6 +90,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     nlohmann::json task = {{"spec", {{"env", value.is_object() && value.contains("env") ? value["env"] : value}}}};
     if (auto whole = manager::with_outputs(task, producers);
         whole && references.value().empty() && whole.value() != task)
+      __builtin_trap();
+  }
+  // ArtifactCaches: any cache and robot, a list of at most kMaxPrefetched
+  // that the bridge would send as it is, and a status whose counts add up.
+  {
+    const nlohmann::json list = manager::prefetch_for_robot(value, {value, value});
+    if (!list.is_array() || list.size() > kMaxPrefetched) __builtin_trap();
+    const nlohmann::json status =
+        manager::artifact_cache_status(value, {value}, parse_rfc3339("2026-11-27T10:00:00Z").value());
+    if (status["total"].get<int>() !=
+        status["available"].get<int>() + status["downloading"].get<int>() + status["failed"].get<int>())
       __builtin_trap();
   }
   if (auto needs = manager::replica_needs(value, value); needs) {

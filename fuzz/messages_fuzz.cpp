@@ -45,6 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   round_trip(input, k8s4r::parse_task_status);
   round_trip(input, k8s4r::parse_presence);
   round_trip(input, k8s4r::parse_ack);
+  round_trip(input, k8s4r::parse_prefetch);
   // A task's outputs file: what is accepted travels within its bound and reads back the same.
   if (auto outputs = k8s4r::parse_task_outputs(input); outputs) {
     const std::string written = outputs.value().dump();

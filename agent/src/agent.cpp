@@ -76,19 +76,28 @@ struct Agent::Parts {
         reports(config, *store, durability, loop, *link),
         runner(hooks.make_runner ? hooks.make_runner(config, runner_events(loop))
                                  : make_shim_runner(config, runner_events(loop))),
-        artifacts(open_artifact_store(config)),
+        artifacts(open_artifact_store(config), config.work_dir + "/prefetch"),
         lifecycle(config, tasks, *store, durability, reports, *runner, artifacts, work_dir, run_clock, loop),
         retention(config, tasks, *store, durability, work_dir, run_clock, loop),
         intake(tasks, *store, lifecycle, retention),
         recovery(config, tasks, *store, *runner, lifecycle, work_dir, loop.clock()),
-        session(config, loop, *link, robot_report(), session_listener(hooks)) {}
+        session(config, loop, *link, robot_report(), session_listener(hooks, config.robot_id)) {}
 
-  SessionListener session_listener(const AgentHooks& hooks) {
+  SessionListener session_listener(const AgentHooks& hooks, const std::string& config_robot_id) {
     SessionListener listener;
     listener.up = [this] { reports.on_connected(); };
     listener.down = [this] { reports.on_disconnected(); };
     listener.registered = [this] { reports.on_bridge_back(); };
     listener.dispatch = [this](const std::string& payload) { intake.on_dispatch(payload); };
+    listener.prefetch = [this, robot = config_robot_id](const std::string& payload) {
+      auto wanted = parse_prefetch(payload);
+      if (!wanted || wanted.value().robot_id != robot) {
+        spdlog::warn("ignoring a list of artifacts to keep: {}",
+                     wanted ? "it names robot " + wanted.value().robot_id : wanted.error().to_string());
+        return;
+      }
+      artifacts.prefetch(std::move(wanted.value().artifacts));
+    };
     listener.ack = [this](const Ack& ack) { reports.on_ack(ack); };
     listener.heard = [this] { contact.heard(); };
     listener.notify = hooks.notify;
@@ -134,10 +143,7 @@ struct Agent::Parts {
 
   RobotReport robot_report() {
     RobotReport report;
-    report.artifacts = [this]() -> std::optional<ArtifactsHeld> {
-      if (!artifacts.store()) return std::nullopt;
-      return artifacts.store()->summary(kMaxArtifactsListed);
-    };
+    report.artifacts = [this] { return artifacts.summary(kMaxArtifactsListed); };
     report.held_tasks = [this] {
       std::vector<RunningTask> held;
       for (const auto& [uid, task] : tasks) {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -82,6 +83,7 @@ bool copy_file(int from, int to) {
 
 constexpr const char* kSourcesSuffix = ".sources";
 constexpr std::size_t kMaxSources = 16;
+constexpr std::size_t kMaxSourceLength = 4096;
 
 // The URLs an entry was fetched from, one per line (URLs hold no newline:
 // curl refuses them).
@@ -104,6 +106,17 @@ void set_time(int fd, std::int64_t ns) {
   const struct timespec at { static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000) };
   const struct timespec times[2] = {at, at};
   ::futimens(fd, times);
+}
+
+// 16 hex digits of the FNV-1a of the checksums listed, one per line, and
+// the counts (a change detector, not a proof: the robot says what it holds).
+std::string fingerprint_of(const std::vector<std::string>& texts, const std::string& counts) {
+  Fnv1a64 hash;
+  for (const std::string& text : texts) hash.update(text).update("\n");
+  hash.update(counts);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash.value()));
+  return hex;
 }
 
 struct Fd {
@@ -148,7 +161,6 @@ ArtifactStore::ArtifactStore(std::string dir, std::uint64_t max_bytes, Match mat
   ::chmod(dir_.c_str(), 0700);
   std::unique_ptr<DIR, int (*)(DIR*)> listing(::opendir(dir_.c_str()), &::closedir);
   if (!listing) throw std::runtime_error("cannot read the artifact store " + dir_ + ": " + std::strerror(errno));
-  std::vector<std::string> sources_files;
   while (const dirent* item = ::readdir(listing.get())) {
     const std::string name = item->d_name;
     const std::string path = dir_ + "/" + name;
@@ -163,6 +175,15 @@ ArtifactStore::ArtifactStore(std::string dir, std::uint64_t max_bytes, Match mat
     entries_[*digest] = std::move(entry);
     bytes_ += static_cast<std::uint64_t>(about.st_size);
     newest_use_ = std::max(newest_use_, nanoseconds_of(about.st_mtim));
+  }
+  // Sources whose entry is gone (a crash between the two removals of drop()).
+  std::unique_ptr<DIR, int (*)(DIR*)> again(::opendir(dir_.c_str()), &::closedir);
+  while (const dirent* item = again ? ::readdir(again.get()) : nullptr) {
+    const std::string name = item->d_name;
+    const std::string suffix = kSourcesSuffix;
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const auto digest = digest_of_entry(name.substr(0, name.size() - suffix.size()));
+    if (digest && !entries_.count(*digest)) ::unlink((dir_ + "/" + name).c_str());
   }
   evict_for(0, {});
 }
@@ -281,19 +302,17 @@ ArtifactsHeld ArtifactStore::summary(std::size_t max_listed) const {
     summary.bytes = static_cast<std::int64_t>(bytes_);
   }
   summary.count = static_cast<std::int64_t>(by_use.size());
-  summary.max_bytes = static_cast<std::int64_t>(max_bytes_);
+  summary.max_bytes = static_cast<std::int64_t>(std::min<std::uint64_t>(max_bytes_, INT64_MAX));
   // The whole set's fingerprint: the map is sorted by algorithm, then hex,
   // which is the order of the texts too.
-  std::string lines;
-  for (const auto& [used, text] : by_use) lines += text + "\n";
-  unsigned char value[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_Digest(lines.data(), lines.size(), value, &length, EVP_sha256(), nullptr);
-  summary.fingerprint = hex_encode(std::string_view(reinterpret_cast<const char*>(value), 8));
   std::sort(by_use.begin(), by_use.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::string> listed;
   for (std::size_t i = 0; i < by_use.size() && i < max_listed; ++i) listed.push_back(by_use[i].second);
   summary.truncated = by_use.size() > listed.size();
+  // Of what a heartbeat lists, in its order, and the counts: whatever it
+  // would say differently is another fingerprint, and is listed again.
+  summary.fingerprint = fingerprint_of(listed, std::to_string(summary.count) + " " + std::to_string(summary.bytes) +
+                                                   " " + std::to_string(summary.max_bytes));
   summary.held = std::move(listed);
   return summary;
 }
@@ -316,13 +335,20 @@ void ArtifactStore::drop(const ContentDigest& digest) {
   }
 }
 
+bool ArtifactStore::holds(const ContentDigest& digest, const std::string& source) const {
+  auto held = entries_.find(digest);
+  if (held == entries_.end()) return false;
+  const auto& sources = held->second.sources;
+  return match_ == Match::checksum || std::find(sources.begin(), sources.end(), source) != sources.end();
+}
+
 bool ArtifactStore::evict_for(std::uint64_t size, const std::set<ContentDigest>& pinned) {
   if (size > max_bytes_) return false;
   while (bytes_ > max_bytes_ - size) {
     const ContentDigest* oldest = nullptr;
     std::int64_t oldest_use = 0;
     for (const auto& [digest, entry] : entries_) {
-      if (pinned.count(digest)) continue;
+      if (pinned.count(digest) || wanted_.count(digest)) continue;
       if (!oldest || entry.used_ns < oldest_use) {
         oldest = &digest;
         oldest_use = entry.used_ns;
@@ -336,7 +362,8 @@ bool ArtifactStore::evict_for(std::uint64_t size, const std::set<ContentDigest>&
 
 void ArtifactStore::remember_source(const ContentDigest& digest, const std::string& source) {
   auto held = entries_.find(digest);
-  if (held == entries_.end()) return;
+  if (held == entries_.end() || source.size() > kMaxSourceLength)
+    return;  // served to no URL: a later download fixes it
   auto& sources = held->second.sources;
   if (auto known = std::find(sources.begin(), sources.end(), source); known != sources.end()) sources.erase(known);
   sources.push_back(source);

@@ -91,7 +91,10 @@ void Session::subscribe() {
   std::vector<mqtt::Subscription> subscriptions{{topics::response(config_.robot_id).value(), 1},
                                                 {topics::dispatch(config_.robot_id).value(), 1}};
   // A Go K8s4r server (legacy-topics) sends no acknowledgements.
-  if (!config_.legacy_topics) subscriptions.push_back({topics::acks(config_.robot_id).value(), 1});
+  if (!config_.legacy_topics) {
+    subscriptions.push_back({topics::acks(config_.robot_id).value(), 1});
+    subscriptions.push_back({topics::artifacts(config_.robot_id).value(), 1});
+  }
   link_.subscribe(subscriptions, [this, generation](bool ok, const std::string& error) {
     loop_.post([this, generation, ok, error] {
       if (generation != generation_ || !connected_) return;
@@ -213,6 +216,9 @@ void Session::on_message(const std::string& topic, const std::string& payload) {
   switch (parsed.value().kind) {
     case topics::TopicKind::response:
       on_register_response(payload);
+      break;
+    case topics::TopicKind::artifacts:
+      if (listener_.prefetch) listener_.prefetch(payload);
       break;
     case topics::TopicKind::dispatch:
       if (listener_.heard) listener_.heard();

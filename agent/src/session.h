@@ -49,6 +49,8 @@ struct SessionListener {
   std::function<void()> down;  // the connection is gone
   std::function<void()> registered;
   std::function<void(const std::string& payload)> dispatch;
+  // What the robot is to keep in its artifact store ahead of need (a Prefetch).
+  std::function<void(const std::string& payload)> prefetch;
   std::function<void(const Ack& ack)> ack;  // the bridge's acknowledgements
   // The bridge was heard from (contact_lease.h): an Ack, a dispatch, a
   // register response; with legacy-topics, a heartbeat the broker took.

@@ -123,18 +123,22 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
       [this](const kube::ObjectPtr& task, bool) { loop_.post([this, task] { on_task_deleted(task); }); },
       {}});
   // A robot that goes away releases the Tasks being deleted on it.
-  robots_->add_handler(
-      kube::EventHandler{{},
-                         [this](const kube::ObjectPtr&, const kube::ObjectPtr& robot) {
-                           loop_.post([this, name = crd::read_robot(*robot).name] { on_robot_changed(name, false); });
-                         },
-                         [this](const kube::ObjectPtr& robot, bool) {
-                           loop_.post([this, name = crd::read_robot(*robot).name] { on_robot_changed(name, true); });
-                         },
-                         [connected = kube::field_changed("/status/connected"),
-                          phase = kube::field_changed("/status/phase")](const json& old_robot, const json& robot) {
-                           return connected(old_robot, robot) || phase(old_robot, robot);
-                         }});
+  robots_->add_handler(kube::EventHandler{
+      [this](const kube::ObjectPtr& robot) {
+        // First sight: a list to keep is published (retained) once.
+        if (!crd::value_at(*robot, {"status", "prefetch"}).empty())
+          loop_.post([this, name = crd::read_robot(*robot).name] { send_prefetch(name, false); });
+      },
+      [this](const kube::ObjectPtr&, const kube::ObjectPtr& robot) {
+        loop_.post([this, name = crd::read_robot(*robot).name] { on_robot_changed(name, false); });
+      },
+      [this](const kube::ObjectPtr& robot, bool) {
+        loop_.post([this, name = crd::read_robot(*robot).name] { on_robot_changed(name, true); });
+      },
+      [connected = kube::field_changed("/status/connected"), phase = kube::field_changed("/status/phase"),
+       prefetch = kube::field_changed("/status/prefetch")](const json& old_robot, const json& robot) {
+        return connected(old_robot, robot) || phase(old_robot, robot) || prefetch(old_robot, robot);
+      }});
 
   new_robots_ =
       std::make_unique<NewRobotGate>(static_cast<double>(config_.new_robots_per_second), config_.max_unapproved_robots);
@@ -304,6 +308,11 @@ void Bridge::on_connected() {
       identities_on_connected();
       // Tasks that wait on a dispatch while the broker was away.
       for (const auto& task : tasks_->list()) reconcile_task(task);
+      // Lists to keep that changed while it was away (a broker without
+      // persistence lost the retained ones too).
+      for (const auto& robot : robots_->list()) {
+        if (!crd::value_at(*robot, {"status", "prefetch"}).empty()) send_prefetch(crd::read_robot(*robot).name, true);
+      }
     });
   });
 }
@@ -323,6 +332,24 @@ void Bridge::on_disconnected(const std::string& cause) {
       std::uniform_int_distribution<std::int64_t>(reconnect_delay_.count() / 2, reconnect_delay_.count())(random));
   reconnect_delay_ = std::min(reconnect_delay_ * 2, std::chrono::milliseconds(30'000));
   loop_.after(jittered, [this] { connect(); });
+}
+
+void Bridge::send_prefetch(const std::string& robot_id, bool again) {
+  const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
+  if (!robot || !mqtt_connected_ || !link_) return;
+  auto topic = topics::artifacts(robot_id);
+  if (!topic) return;
+  const Prefetch wanted = prefetch_of_robot(*robot, now());
+  const std::string listed = to_json_value(wanted)["artifacts"].dump();
+  RobotMemory& memory = robot_memory_[robot_id];
+  if (!again && memory.prefetch_sent == listed) return;
+  memory.prefetch_sent = listed;
+  // Retained: a robot that connects later, or again, gets the newest list
+  // from the broker, whether or not the bridge is there.
+  link_->publish(topic.value(), encode(wanted), 1, true, [topic = topic.value()](bool ok, const std::string& error) {
+    if (!ok) spdlog::warn("publish to {} failed: {}", topic, error);
+  });
+  spdlog::info("robot {}: told to keep {} artifact(s) ahead of need", robot_id, wanted.artifacts.size());
 }
 
 void Bridge::publish(const std::string& topic, const std::string& payload, std::function<void(bool)> done) {
@@ -407,6 +434,7 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
     case topics::TopicKind::response:
     case topics::TopicKind::dispatch:
     case topics::TopicKind::acks:
+    case topics::TopicKind::artifacts:
       // Our own messages, if the broker's ACL lets a robot echo them: not for us.
       metrics_.add("k8s4r_bridge_messages_total", {{"topic", "other"}});
       return refuse("a message on " + topic, {"InvalidTopic", "the bridge publishes this topic, it does not read it"});

@@ -39,10 +39,11 @@ void keep_cached_robot_fields(nlohmann::json& robot) {
   static constexpr std::array<std::string_view, 1> kSpec{"labels"};
   // tokenDigest: a digest, never the token (dynamic security tells a stale
   // rejection from a real one); newestDispatch: dispatches are stamped above it.
-  static constexpr std::array<std::string_view, 12> kStatus{
+  static constexpr std::array<std::string_view, 13> kStatus{
       "phase",        "message",     "connected",           "conditions",
       "runningTasks", "endedTasks",  "endedTasksTruncated", "lastHeartbeatTime",
-      "deviceInfo",   "tokenDigest", "newestDispatch",      "artifacts"};
+      "deviceInfo",   "tokenDigest", "newestDispatch",      "artifacts",
+      "prefetch"};
   if (auto spec = robot.find("spec"); spec != robot.end()) keep_only(*spec, kSpec);
   if (auto status = robot.find("status"); status != robot.end() && status->is_object()) {
     keep_only(*status, kStatus);

@@ -75,6 +75,8 @@ void Bridge::on_heartbeat(const Heartbeat& message, bool acknowledge) {
     }
   }
   if (facts.artifacts_fingerprint.empty()) facts.artifacts_fingerprint = memory.written.artifacts_fingerprint;
+  // (facts_of says kNoArtifacts for a heartbeat without `artifacts`: the
+  // Robot's list, if any, is removed.)
   const auto since = steady_now - memory.last_write;
   const bool changed = facts != memory.written;
   memory.unwritten = std::pair{message, std::move(facts)};
@@ -158,6 +160,18 @@ void Bridge::write_heartbeat(const std::string& robot_id, const char* reason) {
   // the bridge stalled), must not read as a newer one that leaves the task
   // out (the manager would take the task for lost and run it again).
   request.status_patch = heartbeat_status_patch(message, *robot, memory.unwritten_at);
+  if (request.status_patch["status"].contains("artifacts")) {
+    // A list refused for good is not on the Robot: the robot's next
+    // fingerprint then differs from what is remembered, and it is asked for
+    // the list again.
+    request.done = [this, robot_id](bool ok, const std::string&) {
+      if (ok) return;
+      loop_.post([this, robot_id] {
+        if (auto found = robot_memory_.find(robot_id); found != robot_memory_.end())
+          found->second.written.artifacts_fingerprint = "?";
+      });
+    };
+  }
   writer_->write(robot_ref(robot_id), std::move(request));
   spdlog::debug("robot {}: heartbeat written ({} running)", robot_id, message.running_tasks.size());
 }

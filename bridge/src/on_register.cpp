@@ -64,6 +64,7 @@ void Bridge::on_register(const Register& message) {
       if (ok) {
         spdlog::info("robot {} registered{}", robot_id, created ? ": Robot created, Pending approval" : "");
         resync_robot(robot_id);
+        send_prefetch(robot_id, true);
       } else {
         spdlog::warn("robot {} could not be registered: {}", robot_id, error);
       }

@@ -153,8 +153,30 @@ HeartbeatFacts facts_of(const Heartbeat& message) {
   if (message.device_info) facts.capacity = capacity_text(to_json_value(*message.device_info));
   facts.connected = true;
   if (message.storage_error) facts.storage_error = storage_fact(storage_condition(message.storage_error));
-  if (message.artifacts && message.artifacts->held) facts.artifacts_fingerprint = message.artifacts->fingerprint;
+  if (!message.artifacts) {
+    facts.artifacts_fingerprint = kNoArtifacts;
+  } else if (message.artifacts->held) {
+    facts.artifacts_fingerprint = message.artifacts->fingerprint;
+  }
   return facts;
+}
+
+Prefetch prefetch_of_robot(const json& robot, Timestamp now) {
+  Prefetch wanted;
+  wanted.robot_id = crd::string_at(robot, {"metadata", "name"});
+  wanted.timestamp = now;
+  for (const json& item : crd::value_at(robot, {"status", "prefetch"})) {
+    if (!item.is_object() || wanted.artifacts.size() >= kMaxPrefetched) continue;
+    PrefetchArtifact artifact{crd::string_at(item, {"source"}), crd::string_at(item, {"checksum"}), std::nullopt};
+    if (const json& size = crd::value_at(item, {"size"}); size.is_number_integer() && size.get<std::int64_t>() >= 0)
+      artifact.size = size.get<std::int64_t>();
+    // What the robot would refuse is not sent (the manager wrote it; a
+    // hand may have).
+    json one = to_json_value(Prefetch{wanted.robot_id, {artifact}, std::nullopt});
+    if (!parse_prefetch(one.dump())) continue;
+    wanted.artifacts.push_back(std::move(artifact));
+  }
+  return wanted;
 }
 
 std::optional<Timestamp> last_heartbeat_of(const json& robot) {
@@ -184,9 +206,9 @@ HeartbeatFacts facts_of_robot(const json& robot) {
   facts.capacity = device.is_string() ? device.get<std::string>() : capacity_text(device);
   facts.connected = says_connected(&robot);
   facts.storage_error = storage_fact(crd::find_condition(robot, kStorageReady));
-  if (const json& fingerprint = field(robot, "status", "artifacts"); fingerprint.is_object()) {
-    facts.artifacts_fingerprint = fingerprint.value("fingerprint", "");
-  }
+  const json& artifacts = field(robot, "status", "artifacts");
+  facts.artifacts_fingerprint =
+      artifacts.is_object() ? crd::string_at(artifacts, {"fingerprint"}) : std::string(kNoArtifacts);
   return facts;
 }
 
@@ -202,7 +224,9 @@ json heartbeat_status_patch(const Heartbeat& message, const json& robot, Timesta
   put_knowledge(status, message.knows);
   if (message.device_info) status["deviceInfo"] = to_json_value(*message.device_info);
   // What the robot's artifact store holds, when the heartbeat lists it (a
-  // fingerprint alone says it is unchanged).
+  // fingerprint alone says it is unchanged); removed when it says nothing
+  // of a store (turned off, or another agent now).
+  if (!message.artifacts && field(robot, "status", "artifacts").is_object()) status["artifacts"] = nullptr;
   if (message.artifacts && message.artifacts->held) {
     const ArtifactsHeld& held = *message.artifacts;
     status["artifacts"] = {{"fingerprint", held.fingerprint},
@@ -211,6 +235,14 @@ json heartbeat_status_patch(const Heartbeat& message, const json& robot, Timesta
                            {"maxBytes", held.max_bytes},
                            {"held", *held.held},
                            {"truncated", held.truncated ? json(true) : json(nullptr)}};
+    json states = json::array();
+    for (const PrefetchState& state : held.prefetch) {
+      json entry = {{"checksum", state.checksum}, {"state", state.state}};
+      if (!state.reason.empty()) entry["reason"] = state.reason;
+      if (!state.message.empty()) entry["message"] = state.message;
+      states.push_back(std::move(entry));
+    }
+    status["artifacts"]["prefetch"] = states.empty() ? json(nullptr) : std::move(states);
   }
   // Conditions are one list in a merge patch: each change goes onto the
   // list the one before made.

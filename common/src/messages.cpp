@@ -66,6 +66,16 @@ bool is_lower_hex(std::string_view text) {
   return std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
+// An artifact's source a robot fetches on its own: http or https, no
+// whitespace or control character (it is kept one per line).
+Result<void> check_fetch_url(std::string_view value) {
+  if (value.rfind("http://", 0) != 0 && value.rfind("https://", 0) != 0)
+    return Error{"", "must be an http or https URL"};
+  if (std::any_of(value.begin(), value.end(), [](char c) { return static_cast<unsigned char>(c) <= ' ' || c == 0x7f; }))
+    return Error{"", "must hold no space or control character"};
+  return ok();
+}
+
 Result<void> check_fingerprint(std::string_view value) {
   if (value.size() != 16 || !is_lower_hex(value)) return Error{"", "must be 16 lowercase hex digits"};
   return ok();
@@ -375,6 +385,17 @@ std::optional<ArtifactsHeld> read_artifacts_held(ObjectReader& r) {
     if (a.object().contains("held") && !a.object().at("held").is_null())
       held.held = a.optional_string_array("held", check_artifact_digest, kMaxArtifactsListed);
     held.truncated = a.optional_bool("truncated").value_or(false);
+    a.optional_object_array(
+        "prefetch",
+        [&](ObjectReader& p) {
+          PrefetchState state;
+          state.checksum = p.required_string("checksum", check_artifact_digest);
+          state.state = p.required_enum("state", {"Downloading", "Downloaded", "Failed"});
+          state.reason = p.optional_string("reason", nullptr, 64).value_or("");
+          state.message = p.optional_string("message", nullptr, 1024).value_or("");
+          held.prefetch.push_back(std::move(state));
+        },
+        kMaxPrefetched);
   });
   if (!present) return std::nullopt;
   return held;
@@ -386,6 +407,16 @@ void put_artifacts_held(json& j, const std::optional<ArtifactsHeld>& held) {
   if (held->max_bytes) a["maxBytes"] = held->max_bytes;
   if (held->held) a["held"] = *held->held;
   if (held->truncated) a["truncated"] = true;
+  if (!held->prefetch.empty()) {
+    json states = json::array();
+    for (const PrefetchState& state : held->prefetch) {
+      json entry = {{"checksum", state.checksum}, {"state", state.state}};
+      put_string(entry, "reason", state.reason);
+      put_string(entry, "message", state.message);
+      states.push_back(std::move(entry));
+    }
+    a["prefetch"] = std::move(states);
+  }
   j["artifacts"] = std::move(a);
 }
 
@@ -608,6 +639,25 @@ Result<Ack> parse_ack(std::string_view payload) {
   });
 }
 
+Result<Prefetch> parse_prefetch(std::string_view payload) {
+  return detail::read_payload<Prefetch>(payload, kMaxPayloadBytes, [](ObjectReader& r) {
+    Prefetch message;
+    message.robot_id = r.required_string("robotId", check_identifier);
+    r.optional_object_array(
+        "artifacts",
+        [&](ObjectReader& a) {
+          PrefetchArtifact artifact;
+          artifact.source = a.required_string("source", check_fetch_url, 2048);
+          artifact.checksum = a.required_string("checksum", check_artifact_digest);
+          artifact.size = a.optional_integer("size", 0);
+          message.artifacts.push_back(std::move(artifact));
+        },
+        kMaxPrefetched);
+    message.timestamp = r.optional_time("timestamp");
+    return message;
+  });
+}
+
 Result<Presence> parse_presence(std::string_view payload) {
   return detail::read_payload<Presence>(payload, kMaxPayloadBytes, [](ObjectReader& r) {
     Presence message;
@@ -741,6 +791,18 @@ json to_json_value(const Ack& message) {
   return j;
 }
 
+json to_json_value(const Prefetch& message) {
+  json artifacts = json::array();
+  for (const PrefetchArtifact& artifact : message.artifacts) {
+    json a = {{"source", artifact.source}, {"checksum", artifact.checksum}};
+    put_optional(a, "size", artifact.size);
+    artifacts.push_back(std::move(a));
+  }
+  json j = {{"robotId", message.robot_id}, {"artifacts", std::move(artifacts)}};
+  put_time(j, "timestamp", message.timestamp);
+  return j;
+}
+
 json to_json_value(const Presence& message) {
   json j = {{"robotId", message.robot_id}, {"online", message.online}, {"timestamp", format_time(message.timestamp)}};
   put_storage_error(j, message.storage_error);
@@ -754,5 +816,6 @@ std::string encode(const Dispatch& message) { return dump(to_json_value(message)
 std::string encode(const TaskStatus& message) { return dump(to_json_value(message)); }
 std::string encode(const Presence& message) { return dump(to_json_value(message)); }
 std::string encode(const Ack& message) { return dump(to_json_value(message)); }
+std::string encode(const Prefetch& message) { return dump(to_json_value(message)); }
 
 }  // namespace k8s4r

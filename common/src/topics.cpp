@@ -52,6 +52,7 @@ Result<std::string> task_status_filter(std::string_view robot_id) { return robot
 Result<std::string> presence(std::string_view robot_id) { return robot_topic(robot_id, "/presence"); }
 
 Result<std::string> acks(std::string_view robot_id) { return robot_topic(robot_id, "/acks"); }
+Result<std::string> artifacts(std::string_view robot_id) { return robot_topic(robot_id, "/artifacts"); }
 
 Result<ParsedTopic> parse_topic(std::string_view topic) {
   if (topic == kRegister) return ParsedTopic{TopicKind::register_robot, "", "", true};
@@ -66,6 +67,7 @@ Result<ParsedTopic> parse_topic(std::string_view topic) {
   if (levels.size() == 4 && levels[3] == "response") return ParsedTopic{TopicKind::response, robot_id, ""};
   if (levels.size() == 4 && levels[3] == "presence") return ParsedTopic{TopicKind::presence, robot_id, ""};
   if (levels.size() == 4 && levels[3] == "acks") return ParsedTopic{TopicKind::acks, robot_id, ""};
+  if (levels.size() == 4 && levels[3] == "artifacts") return ParsedTopic{TopicKind::artifacts, robot_id, ""};
   if (levels.size() == 4 && levels[3] == "register") return ParsedTopic{TopicKind::register_robot, robot_id, ""};
   if (levels.size() == 4 && levels[3] == "heartbeat") return ParsedTopic{TopicKind::heartbeat, robot_id, ""};
   if (levels.size() == 5 && levels[3] == "tasks" && levels[4] == "dispatch") {

@@ -44,7 +44,7 @@ for topic in 'k8s4r/robots/+/register' 'k8s4r/robots/+/heartbeat' 'k8s4r/robots/
   done
 done
 for topic in 'k8s4r/robots/+/response' 'k8s4r/robots/+/tasks/dispatch' 'k8s4r/robots/+/acks' \
-  'k8s4r/robots/+/presence'; do
+  'k8s4r/robots/+/artifacts' 'k8s4r/robots/+/presence'; do
   dynsec addRoleACL k8s4r-bridge publishClientSend "$topic" allow
 done
 dynsec createClient k8s4r-bridge -p "$bridge_password"

@@ -653,3 +653,67 @@ def test_a_task_goes_to_the_robot_that_holds_its_artifact_and_the_robot_says_wha
         assert scheduled == ["placed on robot robot-b, which holds 1 of the 1 artifact(s) of its replica"], scheduled
     finally:
         server.close()
+
+
+def cache_state(sim, name):
+    found = get(sim, "racache", name)
+    return (found or {}).get("status", {})
+
+
+def test_an_artifact_cache_has_the_robots_it_selects_fetch_ahead_of_need_and_says_how_each_stands(
+        sim, robots, manager_factory, tmp_path):
+    """An ArtifactCache (after KServe's LocalModelCache), judged by what the server was asked for and what is in each
+    robot's store: the robot its selector matches fetches the artifact before any task needs it and the cache says
+    Downloaded for it; the other robot fetches nothing; a task naming the artifact then starts from the robot's copy;
+    a source that fails is Failed with the reason; a robot labelled into the selector later fetches it too."""
+    server = FileServer(tmp_path / "served")
+    content = b"#!/bin/sh\necho navigating with model v7\n"
+    (server.root / "model.sh").write_bytes(content)
+    checksum = "sha256:" + hashlib.sha256(content).hexdigest()
+    try:
+        manager_factory().start()
+        agent_a = robots("robot-a", labels="site=s4")
+        agent_b = robots("robot-b", labels="site=s9")
+        for name in ("robot-a", "robot-b"):
+            wait_until(lambda name=name: robot_phase(sim, name) == "Online", 20, f"{name} to be Online")
+        entry = checksum.replace(":", "-")
+
+        def artifact_cache(name, source, digest=checksum):
+            return {"apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "ArtifactCache",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"source": source, "checksum": digest, "robotSelector": {"site": "s4"}}}
+
+        apply(sim, artifact_cache("nav-model", f"{server.url}/model.sh"))
+        wait_until(lambda: cache_state(sim, "nav-model").get("available") == 1, 30, "robot-a to hold the model")
+        status = cache_state(sim, "nav-model")
+        assert status["total"] == 1 and status["robots"] == [{"name": "robot-a", "state": "Downloaded"}], status
+        assert any(c["type"] == "Ready" and c["status"] == "True" for c in status["conditions"]), status
+        assert server.asked == ["/model.sh"]
+        assert (agent_a.work_dir / "artifacts" / entry).read_bytes() == content
+        assert not (agent_b.work_dir / "artifacts" / entry).exists()
+
+        # A task that needs it starts from robot-a's copy: nothing more is fetched.
+        ran = tmp_path / "ran"
+        work = group("g", 1, f"echo $K8S4R_ROBOT_ID $(sh local/model.sh) >> {ran}")
+        work["tasks"][0]["artifacts"] = [{"getterSource": f"{server.url}/model.sh", "relativeDest": "local/",
+                                          "getterOptions": {"checksum": checksum}}]
+        apply(sim, job("navigate", [work]))
+        wait_job(sim, "navigate", "completed", 60)
+        assert ran.read_text().splitlines() == ["robot-a navigating with model v7"]
+        assert server.asked == ["/model.sh"]
+
+        # A source that fails says so for the robot, with the reason.
+        missing = "sha256:" + hashlib.sha256(b"not served").hexdigest()
+        apply(sim, artifact_cache("gone", f"{server.url}/gone.bin", missing))
+        wait_until(lambda: cache_state(sim, "gone").get("failed") == 1, 30, "the missing artifact to fail on robot-a")
+        failed = cache_state(sim, "gone")["robots"][0]
+        assert failed["name"] == "robot-a" and failed["reason"] == "DownloadFailed", failed
+        assert "404" in failed["message"], failed
+
+        # robot-b labelled into the selector: it fetches the model too.
+        sim.kubectl("patch", "robot", "robot-b", "--type=merge", "-p", json.dumps({"spec": {"labels": {"site": "s4"}}}))
+        wait_until(lambda: cache_state(sim, "nav-model").get("available") == 2, 30, "robot-b to hold the model too")
+        assert (agent_b.work_dir / "artifacts" / entry).read_bytes() == content
+        assert server.asked.count("/model.sh") == 2
+    finally:
+        server.close()

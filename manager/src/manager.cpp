@@ -81,6 +81,7 @@ Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& me
   task_options.consistency_check_interval = std::chrono::minutes(5);
   tasks_ = std::make_unique<kube::Informer>(client_, task_options);
   cache_entries_ = std::make_unique<kube::Informer>(client_, kube::InformerOptions{crd::kTaskCacheEntries, ns});
+  artifact_caches_ = std::make_unique<kube::Informer>(client_, kube::InformerOptions{crd::kArtifactCaches, ns});
   const auto by_owner = [](const json& object) -> std::vector<std::string> {
     std::string uid = controller_uid(object);
     if (uid.empty()) return {};
@@ -107,6 +108,10 @@ Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& me
   task_controller_.reconcile = [this](const std::string& key) { return reconcile_task(key); };
   cache_controller_.name = "cache";
   cache_controller_.reconcile = [this](const std::string& key) { return reconcile_cache(key); };
+  prefetch_controller_.name = "prefetch";
+  prefetch_controller_.reconcile = [this](const std::string& key) { return reconcile_prefetch(key); };
+  artifact_cache_controller_.name = "artifactcache";
+  artifact_cache_controller_.reconcile = [this](const std::string& key) { return reconcile_artifact_cache(key); };
   for (Controller* controller : controllers()) {
     kube::WorkQueueOptions options;
     options.base_delay = std::chrono::milliseconds(50);
@@ -166,6 +171,13 @@ void Manager::add_handlers() {
                                differs({"status", "reportSeq"}) || differs({"status", "newestDispatch"});
     if (tasks_changed) enqueue_groups_on_robot(key_of(*robot), fit_changed);
     if (fit_changed) enqueue_waiting_groups();
+    // What it is to keep ahead of need follows its labels and approval; the
+    // caches' statuses follow what it says it holds.
+    if (!old_robot || differs({"status", "phase"}) || differs({"spec", "labels"}))
+      prefetch_controller_.queue->add(key_of(*robot));
+    if (!old_robot || differs({"status", "phase"}) || differs({"spec", "labels"}) || differs({"status", "artifacts"}) ||
+        differs({"status", "prefetch"}))
+      enqueue_artifact_caches_of(crd::string_at(*robot, {"metadata", "namespace"}));
   };
   robots_->add_handler(
       kube::EventHandler{[robot_changed](const kube::ObjectPtr& robot) { robot_changed(nullptr, robot); },
@@ -173,8 +185,21 @@ void Manager::add_handlers() {
                          [this](const kube::ObjectPtr& robot, bool) {
                            enqueue_groups_on_robot(key_of(*robot), true);
                            enqueue_waiting_groups();
+                           enqueue_artifact_caches_of(crd::string_at(*robot, {"metadata", "namespace"}));
                          },
                          {}});
+  // An ArtifactCache: its status, and what each robot of its namespace keeps.
+  const auto artifact_cache_changed = [this](const kube::ObjectPtr& cache) {
+    artifact_cache_controller_.queue->add(key_of(*cache));
+    const std::string ns = crd::string_at(*cache, {"metadata", "namespace"});
+    for (const auto& robot : robots_->list())
+      if (crd::string_at(*robot, {"metadata", "namespace"}) == ns) prefetch_controller_.queue->add(key_of(*robot));
+  };
+  artifact_caches_->add_handler(kube::EventHandler{
+      artifact_cache_changed,
+      [artifact_cache_changed](const kube::ObjectPtr&, const kube::ObjectPtr& cache) { artifact_cache_changed(cache); },
+      [artifact_cache_changed](const kube::ObjectPtr& cache, bool) { artifact_cache_changed(cache); },
+      kube::generation_changed});
   const auto secret_changed = [this](const kube::ObjectPtr& secret) {
     const std::string robot = crd::string_at(*secret, {"metadata", "labels", crd::kRobotIdLabel});
     if (!robot.empty()) robot_controller_.queue->add(crd::string_at(*secret, {"metadata", "namespace"}) + "/" + robot);
@@ -313,6 +338,8 @@ void Manager::start() {
   // Not waited for by lead(): a cluster without the TaskCacheEntry CRD (an
   // older install) runs every Task, as without a cache (result_store.cpp).
   cache_entries_->start();
+  // Nor this: without the ArtifactCache CRD, nothing is kept ahead of need.
+  artifact_caches_->start();
 }
 
 void Manager::lead() {
@@ -385,7 +412,8 @@ void Manager::stop() {
   }
   leading_ = false;
   if (events_) events_->stop();
-  for (auto* informer : {robots_.get(), secrets_.get(), jobs_.get(), groups_.get(), tasks_.get(), cache_entries_.get()})
+  for (auto* informer : {robots_.get(), secrets_.get(), jobs_.get(), groups_.get(), tasks_.get(), cache_entries_.get(),
+                         artifact_caches_.get()})
     if (informer) informer->stop();
 }
 

@@ -252,8 +252,10 @@ Placement place(const TaskNeeds& needs, const std::vector<RobotFacts>& robots) {
   auto better = [&](const RobotFacts& a, const RobotFacts& b) {
     const std::int64_t free_a = a.cpu_milli ? *a.cpu_milli - a.cpu_milli_used : INT64_MAX;
     const std::int64_t free_b = b.cpu_milli ? *b.cpu_milli - b.cpu_milli_used : INT64_MAX;
-    return std::tuple(a.tasks_of_group, -held(a), a.tasks, -free_a, a.name) <
-           std::tuple(b.tasks_of_group, -held(b), b.tasks, -free_b, b.name);
+    // An artifact it holds counts as one task fewer: a robot that need not
+    // download is preferred, but not until every task piles onto it.
+    return std::tuple(a.tasks_of_group, a.tasks - held(a), -held(a), -free_a, a.name) <
+           std::tuple(b.tasks_of_group, b.tasks - held(b), -held(b), -free_b, b.name);
   };
   std::map<std::string, int> why_not;  // reason (with its verb for one and for many) -> count
   std::map<std::string, std::pair<std::string, std::string>> wording;

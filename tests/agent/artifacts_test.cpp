@@ -7,8 +7,11 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 namespace k8s4r::agent {
 namespace {
@@ -100,6 +103,60 @@ TEST_F(FetchArtifact, AFileUrlOfATaskRunAsAnotherUserIsReadWithThatUsersPermissi
   EXPECT_FALSE(fs::exists(task_ / "conf" / "b.txt.part"));
   // The agent's own tasks read with the agent's permissions.
   EXPECT_TRUE(fetch_artifact(artifact("file://" + source_.string(), "conf/c.txt", "file"), task_.string()));
+}
+
+}  // namespace
+}  // namespace k8s4r::agent
+
+namespace k8s4r::agent {
+namespace {
+
+// The worker's state of each artifact wanted ahead of need, polled until it
+// is not Downloading (a real thread and a real connection attempt), with a
+// deadline.
+std::vector<PrefetchState> settled(const ArtifactWorker& worker) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    const auto summary = worker.summary(kMaxArtifactsListed);
+    // Not taken yet, or still fetching: look again.
+    const bool busy = !summary || summary->prefetch.empty() ||
+                      std::any_of(summary->prefetch.begin(), summary->prefetch.end(),
+                                  [](const PrefetchState& state) { return state.state == "Downloading"; });
+    if (!busy) return summary->prefetch;
+    if (std::chrono::steady_clock::now() > deadline) return summary ? summary->prefetch : std::vector<PrefetchState>{};
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+TEST(Prefetch, WhatCannotBeKeptIsFailedWithWhyAndAStoreLessRobotSaysSo) {
+  testing::TempDir dir;
+  const std::string checksum = "sha256:" + std::string(64, 'c');
+  ArtifactWorker worker(std::make_unique<ArtifactStore>((dir / "artifacts").string(), 1000),
+                        (dir / "prefetch").string());
+  worker.prefetch({{"http://127.0.0.1:9/refused.bin", checksum, std::nullopt},
+                   {"https://models.example/huge.bin", "sha256:" + std::string(64, 'd'), 5000}});
+  const auto states = settled(worker);
+  ASSERT_EQ(states.size(), 2u);
+  EXPECT_EQ(states[0].state, "Failed");
+  EXPECT_EQ(states[0].reason, "DownloadFailed");
+  EXPECT_NE(states[0].message.find("127.0.0.1"), std::string::npos) << states[0].message;
+  EXPECT_EQ(states[1].reason, "NoRoom");  // known too big: not fetched at all
+  EXPECT_EQ(states[1].message, "5000 bytes do not fit in a store of 1000 (artifact-store-bytes)");
+  // The fingerprint covers the states: what changed is listed again.
+  const auto before = worker.summary(kMaxArtifactsListed)->fingerprint;
+  worker.prefetch({});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!worker.summary(kMaxArtifactsListed)->prefetch.empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(worker.summary(kMaxArtifactsListed)->prefetch.empty());
+  EXPECT_NE(worker.summary(kMaxArtifactsListed)->fingerprint, before);
+
+  ArtifactWorker storeless;
+  EXPECT_FALSE(storeless.summary(kMaxArtifactsListed));  // nothing to say
+  storeless.prefetch({{"https://models.example/nav.bin", checksum, std::nullopt}});
+  const auto told = settled(storeless);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].reason, "NoStore");
 }
 
 }  // namespace

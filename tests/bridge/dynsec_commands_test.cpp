@@ -41,12 +41,15 @@ TEST(Dynsec, ARobotGetsARoleOfItsOwnTopicsAndALoginWithIt) {
       {"subscribeLiteral", "k8s4r/robots/robot-1/response"},
       {"subscribeLiteral", "k8s4r/robots/robot-1/tasks/dispatch"},
       {"subscribeLiteral", "k8s4r/robots/robot-1/acks"},
+      {"subscribeLiteral", "k8s4r/robots/robot-1/artifacts"},
       {"unsubscribeLiteral", "k8s4r/robots/robot-1/response"},
       {"unsubscribeLiteral", "k8s4r/robots/robot-1/tasks/dispatch"},
       {"unsubscribeLiteral", "k8s4r/robots/robot-1/acks"},
+      {"unsubscribeLiteral", "k8s4r/robots/robot-1/artifacts"},
       {"publishClientReceive", "k8s4r/robots/robot-1/response"},
       {"publishClientReceive", "k8s4r/robots/robot-1/tasks/dispatch"},
-      {"publishClientReceive", "k8s4r/robots/robot-1/acks"}};
+      {"publishClientReceive", "k8s4r/robots/robot-1/acks"},
+      {"publishClientReceive", "k8s4r/robots/robot-1/artifacts"}};
   EXPECT_EQ(acls, expected);
   const json& client = commands[1];
   EXPECT_EQ(client["command"], "createClient");
@@ -67,7 +70,7 @@ TEST(Dynsec, RotationSetsThePasswordAndTheDigestAndRemovalDeletesBoth) {
   EXPECT_EQ(rotate[1]["command"], "modifyClient");
   // The digest it replaces too: a robot still registered with the old token is a rotation, not a stranger.
   EXPECT_EQ(rotate[1]["textdescription"], "k8s4r token sha256:cccc after sha256:aaaa");
-  json listed = json::parse(R"j({"clients":[{"username":"robot-1","textname":"k8s4r robot (acks)"}]})j");
+  json listed = json::parse(R"j({"clients":[{"username":"robot-1","textname":"k8s4r robot (acks, artifacts)"}]})j");
   listed["clients"][0]["textdescription"] = rotate[1]["textdescription"];
   EXPECT_EQ(managed_clients(listed).value().at("robot-1"), (Managed{"sha256:cccc", "sha256:aaaa"}));
   const json remove = commands_for(Action::remove, "robot-1", std::nullopt, "c");
@@ -78,27 +81,42 @@ TEST(Dynsec, RotationSetsThePasswordAndTheDigestAndRemovalDeletesBoth) {
   EXPECT_EQ(remove[1]["rolename"], "k8s4r-robot-robot-1");
 }
 
-TEST(Dynsec, ARobotMadeBeforeAcknowledgementsHasItsRoleGivenTheAcksTopicWithoutADisconnect) {
-  Managed before{"sha256:aaaa", ""};
-  before.current = false;
+TEST(Dynsec, ARobotMadeBeforeATopicExistedHasItsRoleGivenWhatItLacksWithoutADisconnect) {
+  const json listed = json::parse(R"j({"clients":[
+      {"username":"robot-1","textname":"k8s4r robot","textdescription":"k8s4r token sha256:aaaa"},
+      {"username":"robot-2","textname":"k8s4r robot (acks)","textdescription":"k8s4r token sha256:aaaa"},
+      {"username":"robot-3","textname":"k8s4r robot (acks, artifacts)","textdescription":"k8s4r token sha256:aaaa"}]})j");
+  const auto managed = managed_clients(listed).value();
+  const Managed before = managed.at("robot-1"), before_artifacts = managed.at("robot-2");
+  EXPECT_TRUE(before.lacks_acks && !before.current);
+  EXPECT_TRUE(!before_artifacts.lacks_acks && !before_artifacts.current);
+  EXPECT_TRUE(managed.at("robot-3").current);
   EXPECT_EQ(decide(kToken, before), Action::upgrade);
+  EXPECT_EQ(decide(kToken, managed.at("robot-3")), Action::none);
   Managed rotated_before{"sha256:bbbb", ""};
   rotated_before.current = false;
   EXPECT_EQ(decide(kToken, rotated_before), Action::rotate);  // the token first; the upgrade follows
-  const json upgrade = commands_for(Action::upgrade, "robot-1", kToken, "c", before);
-  ASSERT_EQ(upgrade.size(), 4u);
-  std::set<std::string> added;
-  for (std::size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(upgrade[i]["command"], "addRoleACL");
-    EXPECT_EQ(upgrade[i]["rolename"], "k8s4r-robot-robot-1");
-    EXPECT_EQ(upgrade[i]["topic"], "k8s4r/robots/robot-1/acks");
-    EXPECT_TRUE(upgrade[i]["allow"].get<bool>());
-    added.insert(upgrade[i]["acltype"]);
-  }
-  EXPECT_EQ(added, (std::set<std::string>{"subscribeLiteral", "unsubscribeLiteral", "publishClientReceive"}));
-  EXPECT_EQ(upgrade[3]["command"], "modifyClient");  // not setClientPassword or a role change: no disconnect
-  EXPECT_EQ(upgrade[3]["textname"], std::string(kManagedMark));
-  EXPECT_FALSE(upgrade[3].contains("password"));
+  const auto added_topics = [](const json& upgrade) {
+    std::multimap<std::string, std::string> added;
+    for (std::size_t i = 0; i + 1 < upgrade.size(); ++i) {
+      EXPECT_EQ(upgrade[i]["command"], "addRoleACL");
+      EXPECT_EQ(upgrade[i]["rolename"], "k8s4r-robot-robot-1");
+      EXPECT_TRUE(upgrade[i]["allow"].get<bool>());
+      added.emplace(upgrade[i]["topic"], upgrade[i]["acltype"]);
+    }
+    EXPECT_EQ(upgrade.back()["command"], "modifyClient");  // not setClientPassword or a role change: no disconnect
+    EXPECT_EQ(upgrade.back()["textname"], std::string(kManagedMark));
+    EXPECT_FALSE(upgrade.back().contains("password"));
+    return added;
+  };
+  const std::multimap<std::string, std::string> artifacts{{"k8s4r/robots/robot-1/artifacts", "subscribeLiteral"},
+                                                          {"k8s4r/robots/robot-1/artifacts", "unsubscribeLiteral"},
+                                                          {"k8s4r/robots/robot-1/artifacts", "publishClientReceive"}};
+  std::multimap<std::string, std::string> both = artifacts;
+  for (const char* type : {"subscribeLiteral", "unsubscribeLiteral", "publishClientReceive"})
+    both.emplace("k8s4r/robots/robot-1/acks", type);
+  EXPECT_EQ(added_topics(commands_for(Action::upgrade, "robot-1", kToken, "c", before)), both);
+  EXPECT_EQ(added_topics(commands_for(Action::upgrade, "robot-1", kToken, "c", before_artifacts)), artifacts);
 }
 
 TEST(Dynsec, NothingForAnIdThatCouldBreakATopic) {

@@ -46,6 +46,7 @@ inline const std::map<std::string, ExampleCodec>& example_codecs() {
       {"task-status", codec_for(&parse_task_status)},
       {"presence", codec_for(&parse_presence)},
       {"ack", codec_for(&parse_ack)},
+      {"artifacts", codec_for(&parse_prefetch)},
   };
   return codecs;
 }

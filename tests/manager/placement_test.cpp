@@ -110,28 +110,30 @@ TEST(Place, PicksAFittingRobotSpreadingAGroupThenTheLeastLoaded) {
   EXPECT_EQ(place({}, robots).robot, "a");  // a tie goes by name
 }
 
-TEST(Place, PrefersRobotsHoldingTheTasksArtifactsAfterTheSpreadBeforeTheLoad) {
+TEST(Place, ARobotHoldingTheTasksArtifactsCountsEachAsATaskFewerAfterTheSpread) {
   const std::string model = "sha256:" + std::string(64, 'a'), map = "sha256:" + std::string(64, 'b');
   json resource = {{"metadata", {{"name", "b"}}},
                    {"status", {{"phase", "Online"}, {"artifacts", {{"held", {map, model, 7}}}}}}};
   EXPECT_EQ(robot_facts(resource).artifacts, (std::set<std::string>{model, map}));
   std::vector<RobotFacts> robots = {robot("a"), robot("b"), robot("c")};
+  robots[0].tasks = 1;
   robots[1].artifacts = {model};
-  robots[1].tasks = 2;  // busier, and still first: it need not download the model
+  robots[1].tasks = 1;  // as loaded as a, and holds the model
   robots[2].artifacts = {model, map};
-  robots[2].tasks = 2;
+  robots[2].tasks = 2;  // one task more than b, and holds both
   TaskNeeds needs;
   needs.artifacts = {model, map};
   Placement placed = place(needs, robots);
-  EXPECT_EQ(placed.robot, "c");  // holds both
+  EXPECT_EQ(placed.robot, "c");  // 2 - 2 = 0 against b's 1 - 1 = 0: the tie goes to what holds more
   EXPECT_EQ(placed.artifacts_held, 2u);
   EXPECT_EQ(placed.artifacts_wanted, 2u);
-  robots[2].tasks_of_group = 1;  // the group's spread comes first
+  robots[2].tasks = 4;  // not at any load: 4 - 2 = 2
   EXPECT_EQ(place(needs, robots).robot, "b");
-  robots[1].phase = "Offline";  // a score, never a requirement
+  robots[1].tasks_of_group = 1;  // the group's spread comes first
+  EXPECT_EQ(place(needs, robots).robot, "a");
+  robots[0].phase = "Offline";  // a score, never a requirement
   placed = place(needs, robots);
-  EXPECT_EQ(placed.robot, "a");
-  EXPECT_EQ(placed.artifacts_held, 0u);
+  EXPECT_EQ(placed.robot, "c");
   EXPECT_EQ(place({}, robots).artifacts_wanted, 0u);
 }
 

@@ -87,6 +87,7 @@ const topicSchemas = [
   [/^k8s4r\/robots\/([^/]+)\/tasks\/([^/]+)\/status$/, "task-status"],
   [/^k8s4r\/robots\/([^/]+)\/presence$/, "presence"],
   [/^k8s4r\/robots\/([^/]+)\/acks$/, "ack"],
+  [/^k8s4r\/robots\/([^/]+)\/artifacts$/, "artifacts"],
 ];
 const protocolDoc = fs.readFileSync(path.join(root, "docs", "protocol.md"), "utf8");
 const documented = new Set();

@@ -80,6 +80,12 @@ class ArtifactStore {
   bool keep(const ContentDigest& digest, const std::string& verified, const std::string& source,
             const std::set<ContentDigest>& pinned);
 
+  // Whether it holds `digest` for a task naming `source` (as copy_out would serve it).
+  bool holds(const ContentDigest& digest, const std::string& source) const;
+  // Entries kept from eviction besides the pinned ones: what the robot was
+  // told to keep ahead of need (a Prefetch). Replaces the previous set.
+  void set_wanted(std::set<ContentDigest> wanted) { wanted_ = std::move(wanted); }
+
   std::uint64_t bytes() const { return bytes_; }
   std::uint64_t max_bytes() const { return max_bytes_; }
   // The entries held, newest use first.
@@ -107,6 +113,7 @@ class ArtifactStore {
   std::uint64_t bytes_ = 0;
   mutable std::mutex mutex_;  // guards entries_ for held()
   std::map<ContentDigest, Entry> entries_;
+  std::set<ContentDigest> wanted_;
   std::uint64_t incoming_ = 0;   // names the files being written
   std::int64_t newest_use_ = 0;  // the latest used_ns given
 };

@@ -22,9 +22,11 @@
 #include "k8s4r/common/result.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -61,16 +63,26 @@ Result<ArtifactSource> fetch_artifact(const Artifact& artifact, const std::strin
 // thread with the first error, if any.
 class ArtifactWorker {
  public:
+  static constexpr std::chrono::minutes kPrefetchRetry{5};
   // `store`: the robot's artifact store, used on the worker's thread only; none for no store.
-  explicit ArtifactWorker(std::unique_ptr<ArtifactStore> store = nullptr);
+  // `scratch_dir`: where artifacts fetched ahead of need land before the store keeps them.
+  explicit ArtifactWorker(std::unique_ptr<ArtifactStore> store = nullptr, std::string scratch_dir = "");
   ~ArtifactWorker();  // aborts the fetch in progress (its `done` still runs), drops the rest
   ArtifactWorker(const ArtifactWorker&) = delete;
   ArtifactWorker& operator=(const ArtifactWorker&) = delete;
 
   void fetch(std::vector<Artifact> artifacts, std::string task_dir, std::optional<ReadAs> read_as,
              std::function<void(Result<void>)> done);
-  // The robot's store, for what heartbeats say of it (ArtifactStore::summary
-  // is safe from any thread); none without one.
+  // What the robot is to keep ahead of need: the whole list (a Prefetch).
+  // What the store does not hold is fetched into it, after the tasks'
+  // artifacts that wait, one at a time; all of it is kept from eviction.
+  // Without a store, each is Failed (NoStore). Any thread.
+  void prefetch(std::vector<PrefetchArtifact> wanted);
+  // What heartbeats say of the store and of each artifact wanted (its
+  // fingerprint covers both); none without a store, unless artifacts were
+  // wanted (then each says Failed, NoStore). Any thread.
+  std::optional<ArtifactsHeld> summary(std::size_t max_listed) const;
+  // The robot's store; none without one.
   const ArtifactStore* store() const { return store_.get(); }
 
  private:
@@ -82,12 +94,21 @@ class ArtifactWorker {
   };
   void loop();
 
-  std::mutex mutex_;
+  // Fetches one wanted artifact into the store; the state it ends in.
+  PrefetchState fetch_ahead(const PrefetchArtifact& wanted);
+
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> jobs_;
+  std::vector<PrefetchArtifact> wanted_;                                    // the newest Prefetch's list
+  std::map<std::string, PrefetchState> states_;                             // by checksum, of wanted_
+  std::optional<std::vector<PrefetchArtifact>> new_wanted_;                 // a list the worker has not taken yet
+  std::deque<PrefetchArtifact> to_fetch_;                                   // the worker's: wanted, not held
+  std::map<std::string, std::chrono::steady_clock::time_point> failed_at_;  // downloads of wanted_ that failed
   bool stopping_ = false;
   std::atomic<bool> cancel_{false};
   std::unique_ptr<ArtifactStore> store_;
+  std::string scratch_dir_;
   std::thread thread_;
 };
 

@@ -95,6 +95,7 @@ class Bridge {
     daemon::EventLoop::TimerId resync_timer = 0;                           // a register's resync, deferred
     bool resend_dispatches_at_heartbeat = false;                           // a Go K8s4r agent just registered
     std::optional<std::chrono::steady_clock::time_point> heartbeat_acked;  // last Ack of a heartbeat
+    std::optional<std::string> prefetch_sent;  // the artifacts list last published to it (its JSON)
   };
   struct TaskMemory {
     AppliedStatus applied;
@@ -162,6 +163,10 @@ class Bridge {
   void reconcile_task(const kube::ObjectPtr& task);
   void on_task_deleted(const kube::ObjectPtr& task);
   void on_robot_changed(const std::string& robot_id, bool deleted);
+  // Publishes (retained) what the Robot's status.prefetch lists, when it
+  // differs from what was published to it last, or always (`again`: it
+  // registered, and may have missed a list while the bridge was away).
+  void send_prefetch(const std::string& robot_id, bool again);
   void dispatch(const kube::ObjectPtr& task, bool resend);
   void schedule_resend(const std::string& uid, const std::string& name, std::chrono::nanoseconds delay);
   void resync_robot(const std::string& robot_id);

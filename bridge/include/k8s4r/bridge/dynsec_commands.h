@@ -33,10 +33,12 @@ namespace k8s4r::bridge::dynsec {
 inline constexpr std::string_view kCommandTopic = "$CONTROL/dynamic-security/v1";
 inline constexpr std::string_view kResponseTopic = "$CONTROL/dynamic-security/v1/response";
 // The textname of every client the bridge manages: kManagedMark for those
-// whose role has every topic of this version; kManagedMarkBeforeAcks for
-// those made before robots received acknowledgements, whose role is given
-// the acks topic (Action::upgrade) and their mark changed.
-inline constexpr std::string_view kManagedMark = "k8s4r robot (acks)";
+// whose role has every topic of this version. Older marks: made before
+// robots received artifacts lists (kManagedMarkBeforeArtifacts), or before
+// they received acknowledgements too (kManagedMarkBeforeAcks); their role
+// is given the topics it lacks (Action::upgrade) and their mark changed.
+inline constexpr std::string_view kManagedMark = "k8s4r robot (acks, artifacts)";
+inline constexpr std::string_view kManagedMarkBeforeArtifacts = "k8s4r robot (acks)";
 inline constexpr std::string_view kManagedMarkBeforeAcks = "k8s4r robot";
 
 std::string role_name(const std::string& robot_id);
@@ -50,9 +52,10 @@ struct Desired {
 
 // A client the bridge manages, as the broker lists it.
 struct Managed {
-  std::string digest;    // of its token, from its textdescription; "" when unreadable
-  std::string previous;  // of the token before the last rotation, "" when none
-  bool current = true;   // its role has every topic (kManagedMark)
+  std::string digest;       // of its token, from its textdescription; "" when unreadable
+  std::string previous;     // of the token before the last rotation, "" when none
+  bool current = true;      // its role has every topic (kManagedMark)
+  bool lacks_acks = false;  // nor the acks topic (kManagedMarkBeforeAcks)
   bool operator==(const Managed&) const = default;
 };
 

@@ -48,6 +48,7 @@ nlohmann::json register_status_patch(const Register& message, const nlohmann::js
 // What of a heartbeat the manager or an operator acts on: a change in any of
 // these is written at once; the rest (the time, usage figures) waits for
 // the robot's next write slot.
+inline constexpr std::string_view kNoArtifacts = "-";
 struct HeartbeatFacts {
   std::vector<std::string> running_tasks;  // sorted
   std::vector<std::string> ended_tasks;    // sorted: ended, their end not yet confirmed to the robot
@@ -55,8 +56,10 @@ struct HeartbeatFacts {
   std::string capacity;       // capacity_text of the device info; "" when none was sent
   bool connected = false;     // the Robot says connected
   std::string storage_error;  // "REASON: message" while the agent cannot store its state
-  // The fingerprint of the artifacts the Robot lists (status.artifacts); ""
-  // from a heartbeat that did not list them: unchanged.
+  // The fingerprint of the artifacts the Robot lists (status.artifacts);
+  // kNoArtifacts when it lists none (an agent without a store, a Go K8s4r
+  // agent); "" from a heartbeat that names a fingerprint without its list:
+  // the caller knows whether that is what the Robot holds.
   std::string artifacts_fingerprint;
   bool operator==(const HeartbeatFacts&) const = default;
 };
@@ -64,6 +67,11 @@ HeartbeatFacts facts_of(const Heartbeat& message);
 // From a Robot as the API holds it, or as the bridge caches it (where
 // status.deviceInfo is already its capacity_text).
 HeartbeatFacts facts_of_robot(const nlohmann::json& robot);
+
+// What a Robot's status.prefetch (written by the manager from the
+// ArtifactCache resources that match it) asks the robot to keep, as the
+// message the robot reads; entries that are not valid are left out.
+Prefetch prefetch_of_robot(const nlohmann::json& robot, Timestamp now);
 
 // status.lastHeartbeatTime; none when absent or not a time (a Robot just
 // created has no status until its first status write lands).

@@ -110,15 +110,27 @@ struct RobotKnowledge {
 // themselves (the kMaxArtifactsListed most recently used) only while no
 // heartbeat that carried them has been acknowledged, or when the bridge
 // asks (Ack::resend_artifacts). Absent from agents without a store.
+// How fetching one artifact ahead of need (a Prefetch) stands on the robot.
+struct PrefetchState {
+  std::string checksum;
+  std::string state;            // Downloading, Downloaded, Failed
+  std::string reason, message;  // Failed: DownloadFailed, NoRoom, ...
+  bool operator==(const PrefetchState&) const = default;
+};
+inline constexpr std::size_t kMaxPrefetched = 16;
+
 struct ArtifactsHeld {
-  // 16 hex digits of the SHA-256 of the checksums held, sorted, one per
-  // line: the same set, the same fingerprint.
+  // 16 hex digits of the FNV-1a of the checksums held, sorted, one per
+  // line, and of the prefetch states: the same, the same fingerprint.
   std::string fingerprint;
   std::int64_t count = 0, bytes = 0, max_bytes = 0;
   // "sha256:HEX" or "sha512:HEX", most recently used first; none: the
   // same as in the last beat acknowledged.
   std::optional<std::vector<std::string>> held;
   bool truncated = false;  // held lists fewer than count
+  // Each artifact the robot was told to keep (Prefetch), sent with `held`
+  // (and in its fingerprint), at most kMaxPrefetched.
+  std::vector<PrefetchState> prefetch;
   bool operator==(const ArtifactsHeld&) const = default;
 };
 inline constexpr std::size_t kMaxArtifactsListed = 32;
@@ -358,6 +370,26 @@ struct Ack {
 // At most this many reports in one Ack (about 100 bytes each).
 inline constexpr std::size_t kMaxAcksPerMessage = 1000;
 
+// ---- Prefetch ---------------------------------------------------------------------------
+
+// k8s4r/robots/{robotId}/artifacts, bridge -> agent, QoS 1, retained: every
+// artifact the robot is to keep in its store ahead of need (ArtifactCache
+// resources that match it), the whole list each time; an empty list lets go
+// of them all. The robot fetches what it does not hold and keeps these from
+// eviction; how each stands goes in its heartbeats (ArtifactsHeld::prefetch).
+struct PrefetchArtifact {
+  std::string source;    // http or https URL
+  std::string checksum;  // check_artifact_digest
+  std::optional<std::int64_t> size;
+  bool operator==(const PrefetchArtifact&) const = default;
+};
+struct Prefetch {
+  std::string robot_id;
+  std::vector<PrefetchArtifact> artifacts;  // at most kMaxPrefetched
+  std::optional<Timestamp> timestamp;
+  bool operator==(const Prefetch&) const = default;
+};
+
 // ---- Codecs ----------------------------------------------------------------------------
 
 Result<Register> parse_register(std::string_view payload);
@@ -367,6 +399,7 @@ Result<Dispatch> parse_dispatch(std::string_view payload);
 Result<TaskStatus> parse_task_status(std::string_view payload);
 Result<Presence> parse_presence(std::string_view payload);
 Result<Ack> parse_ack(std::string_view payload);
+Result<Prefetch> parse_prefetch(std::string_view payload);
 
 std::string encode(const Register& message);
 std::string encode(const Heartbeat& message);
@@ -375,6 +408,7 @@ std::string encode(const Dispatch& message);
 std::string encode(const TaskStatus& message);
 std::string encode(const Presence& message);
 std::string encode(const Ack& message);
+std::string encode(const Prefetch& message);
 
 // The same as encode, as a JSON value (to embed or compare).
 nlohmann::json to_json_value(const Register& message);
@@ -386,5 +420,6 @@ nlohmann::json to_json_value(const Dispatch& message);
 nlohmann::json to_json_value(const TaskStatus& message);
 nlohmann::json to_json_value(const Presence& message);
 nlohmann::json to_json_value(const Ack& message);
+nlohmann::json to_json_value(const Prefetch& message);
 
 }  // namespace k8s4r

@@ -45,8 +45,10 @@ Result<std::string> task_status_filter(std::string_view robot_id);
 Result<std::string> presence(std::string_view robot_id);
 // k8s4r/robots/{robotId}/acks
 Result<std::string> acks(std::string_view robot_id);
+// k8s4r/robots/{robotId}/artifacts: what the robot keeps ahead of need (Prefetch).
+Result<std::string> artifacts(std::string_view robot_id);
 
-enum class TopicKind { register_robot, heartbeat, response, dispatch, task_status, presence, acks };
+enum class TopicKind { register_robot, heartbeat, response, dispatch, task_status, presence, acks, artifacts };
 
 struct ParsedTopic {
   TopicKind kind;

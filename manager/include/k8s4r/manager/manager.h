@@ -89,8 +89,9 @@ class Manager {
   };
 
   // manager.cpp: wiring, queues, workers, metrics, writes.
-  std::array<Controller*, 5> controllers() {
-    return {&robot_controller_, &job_controller_, &group_controller_, &task_controller_, &cache_controller_};
+  std::array<Controller*, 7> controllers() {
+    return {&robot_controller_, &job_controller_,      &group_controller_,         &task_controller_,
+            &cache_controller_, &prefetch_controller_, &artifact_cache_controller_};
   }
   void add_handlers();
   void run_worker(Controller& controller);
@@ -128,6 +129,12 @@ class Manager {
   std::map<std::string, ProducerOutputs> producers_of(const nlohmann::json& group, const nlohmann::json& job);
   Outcome apply_group_plan(const std::string& key, const GroupView& view, GroupPlan& plan);
   bool mark_lost(const nlohmann::json& task, const std::string& why);
+
+  // artifact_cache_controller.cpp (artifact_caches.h).
+  Outcome reconcile_prefetch(const std::string& robot_key);
+  Outcome reconcile_artifact_cache(const std::string& key);
+  std::vector<nlohmann::json> artifact_caches_of(const std::string& namespace_) const;
+  void enqueue_artifact_caches_of(const std::string& namespace_);
 
   // result_store.cpp: a cacheable Task's successful run stored as a
   // TaskCacheEntry (result_cache.h); kCacheGarbageKey: entries past
@@ -168,9 +175,12 @@ class Manager {
   const Clock& clock_;
   RobotPolicy robot_policy_;
 
-  std::unique_ptr<kube::Informer> robots_, secrets_, jobs_, groups_, tasks_, cache_entries_;
+  std::unique_ptr<kube::Informer> robots_, secrets_, jobs_, groups_, tasks_, cache_entries_, artifact_caches_;
   std::unique_ptr<kube::EventRecorder> events_;
   Controller robot_controller_, job_controller_, group_controller_, task_controller_, cache_controller_;
+  // artifact_cache_controller.cpp: what each Robot is to keep ahead of need
+  // (status.prefetch), keyed by Robot; each ArtifactCache's status.
+  Controller prefetch_controller_, artifact_cache_controller_;
   RobotLoad load_;
 
   std::mutex lifecycle_mutex_;  // lead() and stop(): workers start only before a stop

@@ -80,8 +80,8 @@ struct TaskNeeds {
   std::vector<Constraint> constraints;          // the Job's, the group's and the task's
   std::int64_t cpu_milli = 0, memory_bytes = 0;
   // The checksums of the tasks' artifacts (lower-cased), each once: among
-  // robots that fit, those holding more of them come first (after the
-  // group's spread, before load), never as a requirement.
+  // robots that fit, after the group's spread, each one a robot holds counts
+  // as one task fewer in its load (and breaks a tie); never a requirement.
   std::vector<std::string> artifacts;
 };
 

@@ -32,6 +32,7 @@ inline const kube::Resource kTasks{"robot.k8s4r.io", "v1alpha1", "tasks", true};
 inline const kube::Resource kTaskGroups{"robot.k8s4r.io", "v1alpha1", "taskgroups", true};
 inline const kube::Resource kJobs{"robot.k8s4r.io", "v1alpha1", "jobs", true};
 inline const kube::Resource kTaskCacheEntries{"robot.k8s4r.io", "v1alpha1", "taskcacheentries", true};
+inline const kube::Resource kArtifactCaches{"robot.k8s4r.io", "v1alpha1", "artifactcaches", true};
 using kube::kEvents;  // k8s4r/kube/event_recorder.h
 
 // The bridge's finalizer on a Task it dispatched: the Task stays until the
