@@ -15,6 +15,12 @@ Usage:
   /usr/bin/python3 bench/manager_bench.py                       # the figures in docs/performance.md
   /usr/bin/python3 bench/manager_bench.py --short               # small and quick: run by scripts/test.sh
   /usr/bin/python3 bench/manager_bench.py --cached --tasks 1000  # the result cache: a cold run, then a warm one
+  /usr/bin/python3 bench/manager_bench.py --prefetch             # ArtifactCache: 100 robots told, all holding
+
+With --prefetch, an ArtifactCache selecting every robot (and then a second one), applied with kubectl; the fleet
+(--answer-prefetch) heartbeats at once that it holds what it is told to keep: the time from `kubectl apply` to the
+cache's status saying every robot holds it (available = robots), and the manager's and the bridge's API requests
+for it. What is measured is the control plane (manager, bridge, broker), not downloads.
 
 With --cached, --tasks tasks in Jobs of 100 task groups (the most a Job has) of one task each, every task asking for
 caching and keyed apart (its own env); the fleet reports each dispatched task completed at once. Run 1 runs and
@@ -45,6 +51,7 @@ from conftest import Broker, KubeSim, make_tls_files, wait_until  # noqa: E402
 from manager_support import DEPLOY, ManagerProcess  # noqa: E402
 
 MANAGER_USER = "system:serviceaccount:default:k8s4r-manager"
+BRIDGE_USER = "system:serviceaccount:default:k8s4r-bridge"
 TASKS = "/apis/robot.k8s4r.io/v1alpha1/namespaces/default/tasks"
 
 
@@ -141,7 +148,8 @@ class Bench(BridgeBench):
         self.stopping.append(self.manager.stop)
         self.fleet = Lines([str(self.args.bin / "robot_fleet"), "--broker", f"127.0.0.1:{self.broker.port}",
                             "--robots", str(self.args.robots), "--register", "--answer-dispatch",
-                            *(["--complete-dispatch"] if self.args.cached else [])], self.log)
+                            *(["--complete-dispatch"] if self.args.cached else []),
+                            *(["--answer-prefetch"] if self.args.prefetch else [])], self.log)
         self.stopping.append(self.fleet.stop)
         ready = self.fleet.next_event(0, 300)
         assert ready["registered"] == self.args.robots, ready
@@ -274,6 +282,42 @@ class Bench(BridgeBench):
             assert (result["from_cache"], result["dispatched"]) == expected, result
 
 
+    def bridge_requests(self):
+        return dict(self.sim.request("GET", "/_sim/stats")[2]["requests"].get(BRIDGE_USER, {}))
+
+    def run_prefetch(self):
+        """ArtifactCaches selecting every robot, one after the other: the time from kubectl apply to every robot
+        holding it, as the cache's status says, and what it cost the manager and the bridge in API requests."""
+        caches = "/apis/robot.k8s4r.io/v1alpha1/namespaces/default/artifactcaches"
+        for index in range(1, self.args.repeats + 1):
+            name = f"model-{index}"
+            cache = {"apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "ArtifactCache",
+                     "metadata": {"name": name, "namespace": "default"},
+                     "spec": {"source": f"https://models.example/{name}.bin",
+                              "checksum": "sha256:" + f"{index:064x}", "robotSelector": {"zone": "bench"}}}
+            manager0, bridge0 = self.manager_requests(), self.bridge_requests()
+            figures0 = proc_figures(self.manager.process.pid)
+            started = time.monotonic()
+            self.sim.kubectl("apply", "-f", "-", input=json.dumps(cache))
+
+            def available():
+                found = self.sim.request("GET", f"{caches}/{name}")[2]
+                return found.get("status", {}).get("available") == self.args.robots
+            wait_until(available, 300, f"every robot to hold {name}")
+            took = time.monotonic() - started
+            figures1 = proc_figures(self.manager.process.pid)
+            manager1, bridge1 = self.manager_requests(), self.bridge_requests()
+            manager = {k: manager1.get(k, 0) - manager0.get(k, 0) for k in manager1 if manager1.get(k, 0) != manager0.get(k, 0)}
+            bridge = {k: bridge1.get(k, 0) - bridge0.get(k, 0) for k in bridge1 if bridge1.get(k, 0) != bridge0.get(k, 0)}
+            result = {"cache": name, "robots": self.args.robots, "to_all_available_s": round(took, 2),
+                      "manager_requests": manager, "bridge_requests": bridge,
+                      "manager_cpu_s": round(figures1["cpu_s"] - figures0["cpu_s"], 2)}
+            self.results["runs"].append(result)
+            print(f"{name}: {self.args.robots} robots all holding it {result['to_all_available_s']} s after kubectl "
+                  f"apply; manager requests {manager}, bridge requests {bridge}, manager CPU "
+                  f"{result['manager_cpu_s']} s", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", type=pathlib.Path, default=REPO / "build" / "bench",
@@ -285,6 +329,8 @@ def main():
     parser.add_argument("--json", type=pathlib.Path, help="write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs) and say where")
     parser.add_argument("--cached", action="store_true", help="measure the result cache: a cold run, then a warm one")
+    parser.add_argument("--prefetch", action="store_true",
+                        help="measure ArtifactCache: --repeats caches, each selecting every robot")
     args = parser.parse_args()
     if args.short:
         args.robots, args.tasks, args.repeats = 20, 100, 1
@@ -299,6 +345,9 @@ def main():
             if args.cached:
                 bench.run_cached()
                 args.repeats = 0
+            if args.prefetch:
+                bench.run_prefetch()
+                args.repeats = 0
             for index in range(1, args.repeats + 1):
                 bench.run(index)
         except Exception:
@@ -310,7 +359,7 @@ def main():
         finally:
             bench.stop()
     runs = bench.results["runs"]
-    if args.cached:
+    if args.cached or args.prefetch:
         if args.json:
             args.json.write_text(json.dumps(bench.results, indent=2))
         return

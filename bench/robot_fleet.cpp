@@ -23,6 +23,10 @@
 // started it would, and failed (seq 2) when it is told to delete it (the
 // manager's benchmark, bench/manager_bench.py). With --complete-dispatch it
 // reports each one completed (seq 2, exit code 0) right after.
+// With --answer-prefetch every robot subscribes to its artifacts topic and,
+// for each list it is sent (a Prefetch), heartbeats at once saying it holds
+// every artifact listed (Downloaded), as an agent whose downloads took no
+// time would (the ArtifactCache benchmark, bench/manager_bench.py --prefetch).
 // Count mode (--count-topic T) is the bare subscriber the bridge is measured
 // against: one client subscribed to T at --count-qos (0), printing
 // {"t":CLOCK_MONOTONIC ns,"count":N} every 100 ms.
@@ -82,6 +86,7 @@ struct Robot {
   bool registered = false;
   bool watching_write = false;
   std::set<std::string> started;  // uids reported running (--answer-dispatch)
+  json artifacts;                 // what its heartbeats say it holds (--answer-prefetch); null: nothing
 };
 
 class Fleet {
@@ -256,6 +261,7 @@ class Fleet {
     answer_dispatch_ = on;
     complete_dispatch_ = complete;
   }
+  void answer_prefetches(bool on) { answer_prefetch_ = on; }
 
   void disconnect_all() {
     for (Robot& robot : robots_) {
@@ -290,12 +296,13 @@ class Fleet {
   }
 
   std::string heartbeat(const Robot& robot) {
-    return json{{"robotId", robot.id},
-                {"token", "token-" + robot.id},
-                {"timestamp", rfc3339_now()},
-                {"deviceInfo", device_info(robot)},
-                {"runningTasks", robot.started}}
-        .dump();
+    json beat{{"robotId", robot.id},
+              {"token", "token-" + robot.id},
+              {"timestamp", rfc3339_now()},
+              {"deviceInfo", device_info(robot)},
+              {"runningTasks", robot.started}};
+    if (!robot.artifacts.is_null()) beat["artifacts"] = robot.artifacts;
+    return beat.dump();
   }
 
   void publish(Robot& robot, const std::string& topic, const std::string& payload, bool retain) {
@@ -380,6 +387,8 @@ class Fleet {
     mosquitto_subscribe(client, nullptr, ("k8s4r/robots/" + robot.id + "/response").c_str(), 1);
     if (self->answer_dispatch_)
       mosquitto_subscribe(client, nullptr, ("k8s4r/robots/" + robot.id + "/tasks/dispatch").c_str(), 1);
+    if (self->answer_prefetch_)
+      mosquitto_subscribe(client, nullptr, ("k8s4r/robots/" + robot.id + "/artifacts").c_str(), 1);
     const std::string online = json{{"robotId", robot.id}, {"online", true}, {"timestamp", rfc3339_now()}}.dump();
     try {
       self->publish(robot, presence_topic(robot), online, true);
@@ -400,6 +409,30 @@ class Fleet {
     ++self->received_;
     if (!self->subscribe_topic_.empty()) return;
     const std::string topic = message->topic;
+    if (self->answer_prefetch_ && topic.size() > 10 && topic.compare(topic.size() - 10, 10, "/artifacts") == 0) {
+      const json wanted = json::parse(static_cast<const char*>(message->payload),
+                                      static_cast<const char*>(message->payload) + message->payloadlen, nullptr, false);
+      if (!wanted.is_object() || !wanted.contains("artifacts") || !wanted["artifacts"].is_array()) return;
+      json holds = json::array(), states = json::array();
+      std::string listed;
+      for (const json& artifact : wanted["artifacts"]) {
+        const std::string checksum = artifact.value("checksum", "");
+        holds.push_back(checksum);
+        states.push_back({{"checksum", checksum}, {"state", "Downloaded"}});
+        listed += checksum + "\n";
+      }
+      char fingerprint[17];
+      std::snprintf(fingerprint, sizeof fingerprint, "%016zx", std::hash<std::string>{}(listed));
+      // Every heartbeat lists them from now on (the fleet does not track acknowledgements).
+      robot.artifacts = {
+          {"fingerprint", fingerprint}, {"count", holds.size()}, {"bytes", 0}, {"held", holds}, {"prefetch", states}};
+      try {
+        self->publish(robot, "k8s4r/robots/" + robot.id + "/heartbeat", self->heartbeat(robot), false);
+      } catch (const std::exception& error) {
+        self->failure_ = error.what();
+      }
+      return;
+    }
     if (self->answer_dispatch_ && topic.size() > 15 && topic.compare(topic.size() - 15, 15, "/tasks/dispatch") == 0) {
       const json sent = json::parse(static_cast<const char*>(message->payload),
                                     static_cast<const char*>(message->payload) + message->payloadlen, nullptr, false);
@@ -462,6 +495,7 @@ class Fleet {
   bool stdin_closed_ = false;
   bool answer_dispatch_ = false;
   bool complete_dispatch_ = false;
+  bool answer_prefetch_ = false;
   int connected_ = 0;
   int registered_ = 0;
   long long register_messages_ = 0;
@@ -489,6 +523,9 @@ int main(int argc, char** argv) {
   app.add_flag("--answer-dispatch", answer_dispatch, "report every Task dispatched to a robot running at once");
   app.add_flag("--complete-dispatch", complete_dispatch,
                "with --answer-dispatch, report it completed (exit code 0) right after");
+  bool answer_prefetch = false;
+  app.add_flag("--answer-prefetch", answer_prefetch,
+               "heartbeat at once holding every artifact a robot is told to keep ahead of need");
   int count_qos = 0;
   app.add_option("--count-topic", count_topic, "be the bare subscriber of this topic instead of a fleet");
   app.add_option("--count-qos", count_qos, "the bare subscriber's QoS (0, as the bridge takes heartbeats)")
@@ -507,6 +544,7 @@ int main(int argc, char** argv) {
       fleet.count_forever();
     } else {
       fleet.answer_dispatches(answer_dispatch, complete_dispatch);
+      fleet.answer_prefetches(answer_prefetch);
       fleet.connect(first, robots, prefix, true, "");
       if (register_robots) fleet.register_all();
       say(fleet.summary());

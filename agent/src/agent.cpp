@@ -90,6 +90,7 @@ struct Agent::Parts {
     listener.registered = [this] { reports.on_bridge_back(); };
     listener.dispatch = [this](const std::string& payload) { intake.on_dispatch(payload); };
     listener.prefetch = [this, robot = config_robot_id](const std::string& payload) {
+      if (payload.empty()) return;  // a retained list cleared: nothing to do
       auto wanted = parse_prefetch(payload);
       if (!wanted || wanted.value().robot_id != robot) {
         spdlog::warn("ignoring a list of artifacts to keep: {}",

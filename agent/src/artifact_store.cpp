@@ -303,8 +303,6 @@ ArtifactsHeld ArtifactStore::summary(std::size_t max_listed) const {
   }
   summary.count = static_cast<std::int64_t>(by_use.size());
   summary.max_bytes = static_cast<std::int64_t>(std::min<std::uint64_t>(max_bytes_, INT64_MAX));
-  // The whole set's fingerprint: the map is sorted by algorithm, then hex,
-  // which is the order of the texts too.
   std::sort(by_use.begin(), by_use.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::string> listed;
   for (std::size_t i = 0; i < by_use.size() && i < max_listed; ++i) listed.push_back(by_use[i].second);

@@ -399,19 +399,18 @@ void ArtifactWorker::loop() {
     {
       std::unique_lock lock(mutex_);
       const auto ready = [this] { return stopping_ || !jobs_.empty() || new_wanted_ || !to_fetch_.empty(); };
-      // A wanted artifact that failed to download is tried again, every
-      // kPrefetchRetry (a link that was down comes back).
-      if (!wake_.wait_for(lock, kPrefetchRetry / 10, ready)) {
-        const auto now = std::chrono::steady_clock::now();
-        for (const PrefetchArtifact& wanted : wanted_) {
-          auto failed = failed_at_.find(wanted.checksum);
-          if (failed == failed_at_.end() || now - failed->second < kPrefetchRetry) continue;
-          failed_at_.erase(failed);
-          states_[wanted.checksum] = {wanted.checksum, "Downloading", "", "trying again"};
-          to_fetch_.push_back(wanted);
-        }
-        continue;
+      // A wanted artifact that failed to download is tried again after
+      // kPrefetchRetry (a link that was down comes back), however busy the
+      // worker is with tasks' artifacts.
+      const auto now = std::chrono::steady_clock::now();
+      for (const PrefetchArtifact& wanted : wanted_) {
+        auto failed = failed_at_.find(wanted.checksum);
+        if (failed == failed_at_.end() || now - failed->second < kPrefetchRetry) continue;
+        failed_at_.erase(failed);
+        states_[wanted.checksum] = {wanted.checksum, "Downloading", "", "trying again"};
+        to_fetch_.push_back(wanted);
       }
+      if (!wake_.wait_for(lock, kPrefetchRetry / 10, ready)) continue;
       if (stopping_) return;
       if (new_wanted_) {
         // A new list: what it no longer names may go; what it names stays,

@@ -125,9 +125,9 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   // A robot that goes away releases the Tasks being deleted on it.
   robots_->add_handler(kube::EventHandler{
       [this](const kube::ObjectPtr& robot) {
-        // First sight: a list to keep is published (retained) once.
-        if (!crd::value_at(*robot, {"status", "prefetch"}).empty())
-          loop_.post([this, name = crd::read_robot(*robot).name] { send_prefetch(name, false); });
+        // First sight: its list to keep is published (retained) once, an empty one too (the broker may
+        // hold one from before that is no longer wanted).
+        loop_.post([this, name = crd::read_robot(*robot).name] { send_prefetch(name, false); });
       },
       [this](const kube::ObjectPtr&, const kube::ObjectPtr& robot) {
         loop_.post([this, name = crd::read_robot(*robot).name] { on_robot_changed(name, false); });
@@ -310,9 +310,7 @@ void Bridge::on_connected() {
       for (const auto& task : tasks_->list()) reconcile_task(task);
       // Lists to keep that changed while it was away (a broker without
       // persistence lost the retained ones too).
-      for (const auto& robot : robots_->list()) {
-        if (!crd::value_at(*robot, {"status", "prefetch"}).empty()) send_prefetch(crd::read_robot(*robot).name, true);
-      }
+      for (const auto& robot : robots_->list()) send_prefetch(crd::read_robot(*robot).name, true);
     });
   });
 }
@@ -335,21 +333,41 @@ void Bridge::on_disconnected(const std::string& cause) {
 }
 
 void Bridge::send_prefetch(const std::string& robot_id, bool again) {
-  const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
-  if (!robot || !mqtt_connected_ || !link_) return;
+  if (!mqtt_connected_ || !link_) return;  // sent to every robot on connecting
   auto topic = topics::artifacts(robot_id);
   if (!topic) return;
-  const Prefetch wanted = prefetch_of_robot(*robot, now());
+  const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
+  if (!robot && !again) return;
+  // No Robot (yet) for a robot that registers: an empty list, so one the
+  // broker kept for an earlier robot of that id is not taken.
+  Prefetch wanted = robot ? prefetch_of_robot(*robot, now()) : Prefetch{robot_id, {}, now()};
   const std::string listed = to_json_value(wanted)["artifacts"].dump();
   RobotMemory& memory = robot_memory_[robot_id];
   if (!again && memory.prefetch_sent == listed) return;
   memory.prefetch_sent = listed;
   // Retained: a robot that connects later, or again, gets the newest list
-  // from the broker, whether or not the bridge is there.
-  link_->publish(topic.value(), encode(wanted), 1, true, [topic = topic.value()](bool ok, const std::string& error) {
-    if (!ok) spdlog::warn("publish to {} failed: {}", topic, error);
-  });
-  spdlog::info("robot {}: told to keep {} artifact(s) ahead of need", robot_id, wanted.artifacts.size());
+  // from the broker, whether or not the bridge is there. Not taken by the
+  // broker: sent again at the next change, or connection.
+  link_->publish(topic.value(), encode(wanted), 1, true,
+                 [this, robot_id, topic = topic.value()](bool ok, const std::string& error) {
+                   if (ok) return;
+                   spdlog::warn("publish to {} failed: {}", topic, error);
+                   loop_.post([this, robot_id] {
+                     if (auto found = robot_memory_.find(robot_id); found != robot_memory_.end())
+                       found->second.prefetch_sent.reset();
+                   });
+                 });
+  spdlog::debug("robot {}: told to keep {} artifact(s) ahead of need", robot_id, wanted.artifacts.size());
+}
+
+void Bridge::forget_prefetch(const std::string& robot_id) {
+  if (!mqtt_connected_ || !link_) return;
+  auto topic = topics::artifacts(robot_id);
+  if (!topic) return;
+  // An empty list (the robot, if it still runs, lets go of what it kept),
+  // then nothing retained for an id that is gone.
+  link_->publish(topic.value(), encode(Prefetch{robot_id, {}, now()}), 1, true, {});
+  link_->publish(topic.value(), "", 1, true, {});
 }
 
 void Bridge::publish(const std::string& topic, const std::string& payload, std::function<void(bool)> done) {

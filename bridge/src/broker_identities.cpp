@@ -137,10 +137,11 @@ void Bridge::on_dynsec_response(const std::string& payload) {
     }
     std::string& error = errors[response.correlation];
     // Harmless leftovers of a half-done change: a role made before a crash,
-    // a client already gone.
+    // a client already gone, a topic an interrupted upgrade already added.
     const bool harmless = (response.command == "createRole" && response.error == "Role already exists") ||
                           (response.command == "deleteClient" && response.error == "Client not found") ||
-                          (response.command == "deleteRole" && response.error == "Role not found");
+                          (response.command == "deleteRole" && response.error == "Role not found") ||
+                          (response.command == "addRoleACL" && response.error == "ACL with this topic already exists");
     if (error.empty() && !response.error.empty() && !harmless) error = response.command + ": " + response.error;
   }
   for (const auto& [correlation, error] : errors) identity_answered(correlation, error);

@@ -303,8 +303,12 @@ void Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vec
 }
 
 void Bridge::on_robot_changed(const std::string& robot_id, bool deleted) {
-  if (deleted) robot_memory_.erase(robot_id);
-  if (!deleted) send_prefetch(robot_id, false);
+  if (deleted) {
+    robot_memory_.erase(robot_id);
+    forget_prefetch(robot_id);
+  } else {
+    send_prefetch(robot_id, false);
+  }
   for (const auto& task : tasks_->by_index("robot", robot_id)) {
     if (crd::read_task(*task).deleting) reconcile_task(task);
   }

@@ -16,11 +16,12 @@ def test_applies_crds_and_examples_with_server_side_validation(kube_sim):
     assert "task.robot.k8s4r.io/hello created" in created.stdout
     assert "job.robot.k8s4r.io/hello-batch created" in created.stdout
     assert "robot.robot.k8s4r.io/robot-001 created" in created.stdout
+    assert "artifactcache.robot.k8s4r.io/nav-model-v7 created" in created.stdout
     assert "unchanged" in sim.kubectl("apply", "-f", str(EXAMPLES / "task.yaml")).stdout
 
     names = sim.kubectl("get", "k8s4r", "-o", "name").stdout.split()
-    assert sorted(names) == ["job.robot.k8s4r.io/hello-batch", "robot.robot.k8s4r.io/robot-001",
-                             "task.robot.k8s4r.io/hello"]
+    assert sorted(names) == ["artifactcache.robot.k8s4r.io/nav-model-v7", "job.robot.k8s4r.io/hello-batch",
+                             "robot.robot.k8s4r.io/robot-001", "task.robot.k8s4r.io/hello"]
 
 
 def test_printer_columns_in_kubectl_get(kube_sim):

@@ -33,6 +33,12 @@ Manager::Outcome Manager::reconcile_prefetch(const std::string& robot_key) {
   const std::string ns = robot_key.substr(0, slash), name = robot_key.substr(slash + 1);
   const kube::ObjectPtr robot = robots_->get(ns, name);
   if (!robot) return outcome;
+  // Not from a cache that has not listed yet: every robot's list would be
+  // emptied and written again (and robots let go of what they keep).
+  if (!artifact_caches_->has_synced()) {
+    outcome.after(std::chrono::seconds(10));
+    return outcome;
+  }
   const json wanted = prefetch_for_robot(*robot, artifact_caches_of(ns));
   const json& told = crd::value_at(*robot, {"status", "prefetch"});
   if (told == wanted || (told.is_null() && wanted.empty())) return outcome;

@@ -39,13 +39,16 @@ json robot_state(const CachedArtifact& cache, const json& robot, bool beyond_lim
                        " artifacts ahead of need; caches before this one by name take its room";
     return entry;
   }
+  // What the robot says of it, when it says anything: it holds it for this
+  // cache's URL or not (its store serves by URL; `held` is by checksum only).
   for (const json& reported : crd::value_at(robot, {"status", "artifacts", "prefetch"})) {
     if (crd::string_at(reported, {"checksum"}) != cache.checksum) continue;
-    entry["state"] = crd::string_at(reported, {"state"});
+    const std::string state = crd::string_at(reported, {"state"});
+    if (state != "Downloaded" && state != "Failed" && state != "Downloading") break;
+    entry["state"] = state;
     if (const std::string reason = crd::string_at(reported, {"reason"}); !reason.empty()) entry["reason"] = reason;
     if (const std::string message = crd::string_at(reported, {"message"}); !message.empty()) entry["message"] = message;
-    if (entry["state"] == "Downloaded" || entry["state"] == "Failed") return entry;
-    break;
+    return entry;
   }
   for (const json& held : crd::value_at(robot, {"status", "artifacts", "held"})) {
     if (held.is_string() && held.get<std::string>() == cache.checksum) {
@@ -157,16 +160,20 @@ json artifact_cache_status(const json& cache, const std::vector<json>& robots, T
   status["downloading"] = downloading;
   status["failed"] = failed;
   status["robots"] = std::move(listed);
-  status["robotsTruncated"] = selected.size() > kMaxListedRobots ? json(true) : json(nullptr);
-  const bool ready = available == static_cast<int>(selected.size());
-  status["conditions"] = crd::set_condition(
-      cache,
-      ready ? crd::Condition{"Ready", "True", "Available",
-                             "every robot selected (" + std::to_string(selected.size()) + ") holds it"}
-            : crd::Condition{"Ready", "False", failed > 0 ? "Failed" : "Downloading",
-                             std::to_string(available) + " of " + std::to_string(selected.size()) +
-                                 " robots hold it, " + std::to_string(failed) + " failed"},
-      now);
+  // Only when true: a null would be removed by the merge patch and read as
+  // a change on every pass.
+  if (selected.size() > kMaxListedRobots) status["robotsTruncated"] = true;
+  const bool ready = !selected.empty() && available == static_cast<int>(selected.size());
+  crd::Condition condition{"Ready", "False", "NoRobots", "no approved robot matches robotSelector"};
+  if (ready) {
+    condition = {"Ready", "True", "Available",
+                 "every robot selected (" + std::to_string(selected.size()) + ") holds it"};
+  } else if (!selected.empty()) {
+    condition = {"Ready", "False", failed > 0 ? "Failed" : "Downloading",
+                 std::to_string(available) + " of " + std::to_string(selected.size()) + " robots hold it, " +
+                     std::to_string(failed) + " failed"};
+  }
+  status["conditions"] = crd::set_condition(cache, condition, now);
   return status;
 }
 

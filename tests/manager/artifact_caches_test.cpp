@@ -98,6 +98,15 @@ TEST(ArtifactCaches, AStatusSaysHowEachSelectedRobotStandsAndCountsThem) {
 
   const json ready = artifact_cache_status(cache("nav"), {downloaded}, kNow);
   EXPECT_EQ(ready["conditions"][0]["status"], "True");
+  EXPECT_FALSE(ready.contains("robotsTruncated"));  // written only when true: the same status is the same patch
+  // Held by checksum, but the robot says it is still fetching it for this
+  // cache's URL (its store serves by URL): not available yet.
+  json fetching = downloaded;
+  fetching["status"]["artifacts"]["prefetch"] = {{{"checksum", kModel}, {"state", "Downloading"}}};
+  EXPECT_EQ(artifact_cache_status(cache("nav"), {fetching}, kNow)["available"], 0);
+  // Selecting nothing is not ready: a mistyped selector says so.
+  const json none = artifact_cache_status(cache("nav", kModel, {{"site", "nowhere"}}), {downloaded}, kNow);
+  EXPECT_EQ(none["conditions"][0]["reason"], "NoRobots");
   // A robot whose list is full of caches named before this one cannot keep it.
   json full = robot("e");
   full["status"]["prefetch"] = json::array();

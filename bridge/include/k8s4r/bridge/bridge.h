@@ -167,6 +167,8 @@ class Bridge {
   // differs from what was published to it last, or always (`again`: it
   // registered, and may have missed a list while the bridge was away).
   void send_prefetch(const std::string& robot_id, bool again);
+  // A Robot deleted: an empty list, then no retained message left for it.
+  void forget_prefetch(const std::string& robot_id);
   void dispatch(const kube::ObjectPtr& task, bool resend);
   void schedule_resend(const std::string& uid, const std::string& name, std::chrono::nanoseconds delay);
   void resync_robot(const std::string& robot_id);
