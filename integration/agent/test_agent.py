@@ -972,3 +972,39 @@ def test_a_cancelled_task_is_not_restarted_and_leaves_no_background_child(bridge
     assert bridge.final("t-bg")["state"] == "completed"
     child = int(wait_for_file(child_pid_file))
     wait_until(lambda: not alive(child), 5, "the background child to be gone")
+
+
+def test_the_store_keeps_to_its_quota_by_letting_the_least_recently_used_go(bridge, agent_factory, observer, tmp_path,
+                                                                            counted_http):
+    """The store's quota, judged by what the server was asked for and what the store directory holds: with room for
+    two artifacts of three, the one used least recently goes when the third comes, and only it is fetched again."""
+    root, url, asked = counted_http
+    content = {name: f"#!/bin/sh\necho {name}{'.' * 30}\n".encode() for name in ("a", "b", "c")}
+    for name, data in content.items():
+        (root / f"{name}.sh").write_bytes(data)
+    agent = agent_factory(extra=["--artifact-store-bytes", str(2 * len(content["a"]) + 10)]).start()
+    observer.wait_for(f"k8s4r/robots/{ROBOT}/presence", lambda m: m["online"])
+
+    def run(uid, name):
+        checksum = "sha256:" + hashlib.sha256(content[name]).hexdigest()
+        bridge.send(create(uid, "/bin/sh", ["-c", f"sh local/{name}.sh"],
+                           artifacts=[{"getterSource": f"{url}/{name}.sh", "relativeDest": "local/",
+                                       "getterOptions": {"checksum": checksum}}]))
+        final = bridge.final(uid)
+        assert final["state"] == "completed" and final["logsTail"].startswith(name), final
+
+    def held():
+        store = agent.work_dir / "artifacts"
+        return sorted(content_name for content_name, data in content.items()
+                      if (store / ("sha256-" + hashlib.sha256(data).hexdigest())).exists())
+
+    run("t-q1", "a")
+    run("t-q2", "b")
+    run("t-q3", "a")  # from the store: a is now the most recently used
+    assert asked == ["/a.sh", "/b.sh"]
+    run("t-q4", "c")  # no room for three: b, the least recently used, goes
+    assert held() == ["a", "c"]
+    run("t-q5", "a")
+    assert asked == ["/a.sh", "/b.sh", "/c.sh"]  # a was kept
+    run("t-q6", "b")
+    assert asked == ["/a.sh", "/b.sh", "/c.sh", "/b.sh"]  # b was not

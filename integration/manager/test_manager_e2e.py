@@ -717,3 +717,32 @@ def test_an_artifact_cache_has_the_robots_it_selects_fetch_ahead_of_need_and_say
         assert server.asked.count("/model.sh") == 2
     finally:
         server.close()
+
+
+def test_a_cached_task_whose_artifact_changes_runs_again(sim, robots, manager_factory, tmp_path):
+    """The cache is keyed by the artifact's content: the same Job again is answered from the cache; the same Job
+    naming new content behind the same URL (another checksum) runs, and reads the new content. Judged by the lines
+    the tasks wrote."""
+    server = FileServer(tmp_path / "served")
+    try:
+        manager_factory().start()
+        robots("robot-a")
+        wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+        runs = tmp_path / "runs"
+
+        def calibrate(name, data):
+            (server.root / "table.txt").write_bytes(data)
+            spec = cached_group("g", 1, f"echo $K8S4R_TASK_NAME $(cat local/table.txt) >> {runs}")
+            spec["tasks"][0]["artifacts"] = [{"getterSource": f"{server.url}/table.txt", "relativeDest": "local/",
+                                              "getterOptions": {"checksum": "sha256:" + hashlib.sha256(data).hexdigest()}}]
+            apply(sim, job(name, [spec]))
+            wait_job(sim, name, "completed", 60)
+
+        calibrate("cal-1", b"table-v1")
+        calibrate("cal-2", b"table-v1")
+        assert get(sim, "rtask", "cal-2-g-r0-work")["status"]["cachedFrom"]["task"] == "cal-1-g-r0-work"
+        calibrate("cal-3", b"table-v2")
+        assert runs.read_text().splitlines() == ["cal-1-g-r0-work table-v1", "cal-3-g-r0-work table-v2"]
+        assert "cachedFrom" not in get(sim, "rtask", "cal-3-g-r0-work")["status"]
+    finally:
+        server.close()
