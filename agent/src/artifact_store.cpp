@@ -113,10 +113,7 @@ void set_time(int fd, std::int64_t ns) {
 std::string fingerprint_of(const std::vector<std::string>& texts, const std::string& counts) {
   Fnv1a64 hash;
   for (const std::string& text : texts) hash.update(text).update("\n");
-  hash.update(counts);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash.value()));
-  return hex;
+  return hash.update(counts).hex();
 }
 
 struct Fd {

@@ -1,5 +1,7 @@
 #include "k8s4r/common/hashing.h"
 
+#include <cstdio>
+
 namespace k8s4r {
 
 std::string hex_encode(std::string_view bytes) {
@@ -11,6 +13,12 @@ std::string hex_encode(std::string_view bytes) {
     text += kDigits[byte >> 4];
     text += kDigits[byte & 0xf];
   }
+  return text;
+}
+
+std::string Fnv1a64::hex() const {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value_));
   return text;
 }
 

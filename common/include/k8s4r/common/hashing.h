@@ -24,6 +24,8 @@ class Fnv1a64 {
     return *this;
   }
   std::uint64_t value() const { return value_; }
+  // The value as 16 lowercase hex digits.
+  std::string hex() const;
 
  private:
   static constexpr std::uint64_t kOffsetBasis = 14695981039346656037ULL;
