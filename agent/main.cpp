@@ -1,6 +1,7 @@
 // k8s4r-agent: the robot-side daemon (docs/agent.md). Reads its config, then
-// hands everything to k8s4r::agent::Agent on one event loop; SIGTERM and
-// SIGINT begin a graceful shutdown.
+// hands everything to k8s4r::agent::Agent on one event loop. SIGTERM and
+// SIGINT begin a graceful shutdown (the tasks stopped and reported); SIGUSR2
+// hands the running tasks over to the next agent (a package upgrade).
 #include "k8s4r/agent/agent.h"
 #include "k8s4r/agent/config.h"
 #include "k8s4r/common/messages.h"
@@ -14,6 +15,7 @@
 #include <curl/curl.h>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 
@@ -28,7 +30,7 @@ int main(int argc, char** argv) {
   }
   const AgentConfig& config = *outcome.config;
   daemon::setup_logging("k8s4r-agent", config.log_level);
-  daemon::StopSignals stop_signals;  // before any thread starts
+  daemon::StopSignals stop_signals({SIGUSR2});  // before any thread starts
   curl_global_init(CURL_GLOBAL_DEFAULT);
 
   const daemon::Systemd systemd = daemon::systemd();
@@ -55,22 +57,27 @@ int main(int argc, char** argv) {
   for (const std::string& warning : mqtt::tls_file_warnings({config.ca_file, config.cert_file, config.key_file}))
     spdlog::warn("{}", warning);
 
+  int exit_code = 0;
   try {
     daemon::EventLoop loop;
     Agent agent(
         config, loop,
         [&settings](mqtt::LinkEvents events) { return mqtt::make_paho_link(settings, std::move(events)); }, hooks);
-    stop_signals.watch(loop, [&](const std::string& signal_name) {
+    stop_signals.watch(loop, [&](int signal, const std::string& signal_name) {
       spdlog::info("received {}", signal_name);
-      agent.shutdown();
+      if (signal == SIGUSR2)
+        agent.hand_over();
+      else
+        agent.shutdown();
     });
     agent.start();
     loop.run();
+    exit_code = agent.exit_code();
   } catch (const std::exception& error) {
     spdlog::critical("{}", error.what());
     curl_global_cleanup();
     return 1;
   }
   curl_global_cleanup();
-  return 0;
+  return exit_code;
 }

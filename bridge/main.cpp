@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     daemon::HealthServer health(metrics, [&bridge] { return bridge.not_ready_reason(); });
     const int port = health.start(config.metrics_bind_address);
     spdlog::info("serving /metrics, /healthz and /readyz on port {}", port);
-    stop_signals.watch(loop, [&](const std::string& signal_name) {
+    stop_signals.watch(loop, [&](int, const std::string& signal_name) {
       spdlog::info("received {}", signal_name);
       bridge.shutdown();
     });

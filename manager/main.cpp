@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     } else {
       spdlog::warn("--leader-elect is off: run one manager at a time");
     }
-    stop_signals.watch(loop, [&](const std::string& signal_name) {
+    stop_signals.watch(loop, [&](int, const std::string& signal_name) {
       spdlog::info("received {}", signal_name);
       loop.stop();
     });

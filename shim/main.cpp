@@ -8,6 +8,10 @@
 #include <vector>
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    std::printf("k8s4r-task-shim %s\n", K8S4R_VERSION);
+    return 0;
+  }
   if (argc == 3 && std::string(argv[1]) == "--spare-fd") {
     char* end = nullptr;
     const long fd = std::strtol(argv[2], &end, 10);
@@ -20,7 +24,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "k8s4r-task-shim: %s\nusage: k8s4r-task-shim --exit-file FILE [--cgroup DIR] [--report-fd N] "
                  "[--stdout FILE] [--stderr FILE] [--output truncate|append] [--chdir DIR] "
-                 "[--user UID:GID[:GROUP,...]] -- COMMAND [ARG...]\n       k8s4r-task-shim --spare-fd N\n",
+                 "[--user UID:GID[:GROUP,...]] -- COMMAND [ARG...]\n       k8s4r-task-shim --spare-fd N\n"
+                 "       k8s4r-task-shim --version\n",
                  error.c_str());
     return 64;
   }

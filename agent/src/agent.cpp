@@ -6,6 +6,7 @@
 #include "k8s4r/agent/artifacts.h"
 #include "k8s4r/agent/contact_lease.h"
 #include "k8s4r/agent/state_store.h"
+#include "k8s4r/common/duration.h"
 #include "k8s4r/daemon/inbox.h"
 #include "recovery.h"
 #include "report_sender.h"
@@ -34,6 +35,9 @@ namespace {
 constexpr std::size_t kMaxWaitingBytes = 4 << 20;
 // How long a shutdown waits for the broker to take the last reports.
 constexpr auto kFlushTimeout = 5s;
+// How long a hand-over waits for tasks that are starting (their pid not yet
+// recorded) or being stopped (a stop the next agent would not know of).
+constexpr auto kHandOverWait = 30s;
 
 std::unique_ptr<StateStore> open_store(const AgentConfig& config) {
   auto store = StateStore::open(config.work_dir, config.max_queued_reports);
@@ -260,9 +264,53 @@ void Agent::shutdown() {
   check_shutdown_progress();
 }
 
+void Agent::hand_over() {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  handing_over_ = true;
+  Parts& p = *parts_;
+  p.inbox.close();  // no new task: the bridge sends it again to the next agent
+  p.retention.stop();
+  const std::size_t moving = p.lifecycle.in_transit();
+  spdlog::info("handing over to the next agent{}",
+               moving == 0 ? std::string()
+                           : " once " + std::to_string(moving) + " task(s) starting or stopping are done (at most " +
+                                 format_go_duration(kHandOverWait) + ")");
+  loop_.after(kHandOverWait, [this] { finish_hand_over(); });
+  poll_hand_over();
+}
+
+void Agent::poll_hand_over() {
+  // A start or a stop ends in an event of the runner's; looking every 100 ms
+  // needs no hook in each.
+  check_shutdown_progress();
+  if (!shutdown_finished_) loop_.after(100ms, [this] { poll_hand_over(); });
+}
+
+void Agent::finish_hand_over() {
+  if (shutdown_finished_) return;
+  shutdown_finished_ = true;
+  Parts& p = *parts_;
+  if (const std::size_t moving = p.lifecycle.in_transit(); moving > 0)
+    spdlog::warn("handing over with {} task(s) still starting or stopping: the next agent finds them", moving);
+  spdlog::info("handing over: leaving {} running task(s) to their shims for the next agent",
+               std::count_if(p.tasks.begin(), p.tasks.end(), [](const auto& item) { return item.second.active(); }));
+  p.runner->release_all();
+  if (p.store->finished_tasks() > 0) p.store->note_clock(p.run_clock.now());
+  if (auto committed = p.durability.commit(); !committed) spdlog::error("{}", committed.error().message);
+  p.session.stop();
+  p.link->disconnect(1s);
+  exit_code_ = kHandOverExitCode;
+  loop_.stop();
+}
+
 void Agent::check_shutdown_progress() {
   if (!shutting_down_ || shutdown_finished_) return;
   Parts& p = *parts_;
+  if (handing_over_) {
+    if (p.lifecycle.in_transit() == 0) finish_hand_over();
+    return;
+  }
   if (!p.lifecycle.all_finished()) return;  // waiting for exits
   if (!flush_deadline_) {
     flush_deadline_ = loop_.clock().steady() + kFlushTimeout;

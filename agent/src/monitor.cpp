@@ -41,7 +41,11 @@ Monitor::~Monitor() {
   if (thread_.joinable()) thread_.join();
   std::lock_guard lock(mutex_);
   for (auto& [uid, child] : children_) {
-    // Nothing may outlive its monitor unwatched.
+    if (released_) {  // handed over: the next agent watches it
+      close(child.pidfd);
+      continue;
+    }
+    // Nothing may outlive its monitor unwatched, unless handed over.
     static_cast<void>(signal_task(child.process, SIGKILL));
     if (!child.adopted) {
       siginfo_t info{};
@@ -51,6 +55,12 @@ Monitor::~Monitor() {
   }
   close(wake_fd_);
   close(epoll_fd_);
+}
+
+void Monitor::release_all() {
+  std::lock_guard lock(mutex_);
+  released_ = true;
+  schedule_ = KillSchedule{};  // no SIGTERM at a deadline: the next agent keeps them
 }
 
 namespace {
@@ -139,14 +149,14 @@ void Monitor::watch(const std::string& task_uid, Child child, SteadyTime started
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, child.pidfd, &event);
   task_by_fd_[child.pidfd] = task_uid;
   children_[task_uid] = std::move(child);
-  schedule_.track(task_uid, started, timeout, kill_timeout);
+  if (!released_) schedule_.track(task_uid, started, timeout, kill_timeout);
   wake();  // the nearest deadline may have moved
 }
 
 bool Monitor::stop_task(const std::string& task_uid, StopReason reason) {
   {
     std::lock_guard lock(mutex_);
-    if (!children_.count(task_uid)) return false;
+    if (released_ || !children_.count(task_uid)) return false;
     schedule_.stop(task_uid, std::chrono::steady_clock::now(), reason);
   }
   wake();

@@ -223,16 +223,9 @@ Result<TaskProcess> spawn_task(const ProcessSpec& spec, const ShimSpec& shim, in
 }
 
 Result<void> signal_task(const TaskProcess& task, int signal) {
-  std::optional<Error> failed;
-  if (!task.cgroup.empty()) {
-    // A cgroup already removed (the shim does once the task is gone) is fine.
-    if (auto sent = shim::signal_cgroup(task.cgroup, signal); !sent && access(task.cgroup.c_str(), F_OK) == 0) {
-      failed = sent.error();
-    }
-  }
-  if (auto sent = signal_process_group(task.pgid, signal); !sent) failed = sent.error();
-  if (failed) return *failed;
-  return ok();
+  // Once per process: the group, and what of the cgroup left the group. A
+  // cgroup already removed (the shim does once the task is gone) is fine.
+  return shim::signal_task_processes(task.cgroup, task.pgid, signal);
 }
 
 void kill_remains(const TaskProcess& task) {

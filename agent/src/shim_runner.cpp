@@ -196,6 +196,15 @@ class ShimRunner final : public TaskRunner {
     if (!processes.exit_file.empty()) ::unlink(processes.exit_file.c_str());
   }
 
+  void release_all() override {
+    {
+      std::lock_guard lock(queue_mutex_);
+      stopping_ = true;  // what is queued is never started: the next agent finds it unstarted
+    }
+    queue_wake_.notify_all();
+    monitor_->release_all();
+  }
+
  private:
   // Starts that wait for their shim's answer at the same time: each costs a
   // fork and two execs (the shim's, when no spare is ready, and the task's),

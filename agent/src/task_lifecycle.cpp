@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include <unistd.h>
 #include <csignal>
 #include <cstring>
@@ -387,6 +389,14 @@ bool TaskLifecycle::all_finished() const {
     if (task.active()) return false;
   }
   return true;
+}
+
+std::size_t TaskLifecycle::in_transit() const {
+  return static_cast<std::size_t>(std::count_if(tasks_.begin(), tasks_.end(), [](const auto& item) {
+    const AgentTask& task = item.second;
+    return task.phase == Phase::accepted || task.phase == Phase::fetching || task.phase == Phase::starting ||
+           (task.phase == Phase::running && task.stop_requested);
+  }));
 }
 
 void TaskLifecycle::stop_all() {

@@ -80,6 +80,10 @@ class TaskLifecycle {
   void cap_logs();
   // True when no task is starting, running or waiting to restart.
   bool all_finished() const;
+  // Tasks a hand-over waits for: starting (accepted, fetching artifacts,
+  // handed to a shim: no pid recorded yet) or running with a stop asked for
+  // (a stop the next agent would not know of).
+  std::size_t in_transit() const;
   bool shutting_down() const { return shutting_down_; }
   // Refuses new tasks from now on and stops every task that has not finished.
   void stop_all();

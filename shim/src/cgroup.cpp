@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -141,6 +142,33 @@ Result<void> signal_cgroup(const std::string& path, int signal) {
   auto pids = cgroup_processes(path);
   if (!pids) return pids.error();
   for (pid_t pid : pids.value()) kill(pid, signal);  // ESRCH: already gone, as wanted
+  return ok();
+}
+
+Result<void> signal_task_processes(const std::string& path, pid_t pgid, int signal) {
+  std::optional<Error> failed;
+  // The cgroup's list is read before the group is signalled: a process
+  // forked into the group meanwhile is then reached through the group.
+  std::vector<pid_t> others;
+  if (!path.empty() && signal != SIGKILL) {
+    if (auto pids = cgroup_processes(path); pids) {
+      others = std::move(pids).value();
+    } else if (access(path.c_str(), F_OK) == 0) {  // a cgroup already gone is fine
+      failed = pids.error();
+    }
+  }
+  if (pgid <= 0) {
+    failed = Error{"pgid", "must be positive, got " + std::to_string(pgid)};
+  } else if (kill(-pgid, signal) != 0 && errno != ESRCH) {
+    failed = system_error("cannot signal process group", std::to_string(pgid), errno);
+  }
+  if (!path.empty() && signal == SIGKILL) {
+    if (auto killed = signal_cgroup(path, SIGKILL); !killed && access(path.c_str(), F_OK) == 0) failed = killed.error();
+  }
+  for (pid_t pid : others) {
+    if (getpgid(pid) != pgid) kill(pid, signal);  // ESRCH: already gone, as wanted
+  }
+  if (failed) return *failed;
   return ok();
 }
 

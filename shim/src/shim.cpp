@@ -158,10 +158,7 @@ class ContactWatch {
   }
 
  private:
-  void signal_task(int signal) {
-    if (!options_.cgroup.empty()) static_cast<void>(signal_cgroup(options_.cgroup, signal));
-    kill(-task_, signal);
-  }
+  void signal_task(int signal) { static_cast<void>(signal_task_processes(options_.cgroup, task_, signal)); }
 
   const ShimOptions& options_;
   pid_t task_;

@@ -42,7 +42,8 @@ struct FakeLink final : mqtt::Link {
   void publish(const std::string& topic, const std::string& payload, int, bool, mqtt::Completion done) override {
     published.push_back({topic, payload, std::move(done)});
   }
-  void disconnect(std::chrono::milliseconds) override {}
+  void disconnect(std::chrono::milliseconds) override { ++disconnects; }
+  int disconnects = 0;
 
   std::vector<Published*> on(const std::string& suffix) {
     std::vector<Published*> out;
@@ -96,6 +97,8 @@ struct FakeRunner final : TaskRunner {
   }
   void sweep(const std::vector<TaskProcess>&) override {}
   void forget_record(const TaskProcess&) override {}
+  bool released = false;
+  void release_all() override { released = true; }
   // Withdrawn while still queued (starts not yet answered), unless
   // `launching` says a shim already has it.
   void withdraw(const std::string& uid) override {
@@ -902,6 +905,49 @@ TEST_F(AgentTest, ShutdownStopsTheRunningTasksReportsThemAndSaysOffline) {
   ASSERT_FALSE(presence.empty());
   EXPECT_FALSE(parse_presence(presence.back()->payload).value().online);
   EXPECT_EQ(queued_on_disk(), 0u);
+}
+
+// The package's upgrade (SIGUSR2): the agent leaves, its tasks do not. It
+// waits for a task being started (no pid recorded yet) and one being
+// stopped (the next agent would not know to), then exits with 75.
+TEST_F(AgentTest, AHandOverLeavesTheRunningTaskToTheNextAgentWhichReportsItsTrueEnd) {
+  connect();
+  dispatch("t-10");
+  const pid_t pid = runner_->next_pid;
+  runner_->start_ok("t-10");
+  dispatch("t-11");
+  dispatch("t-12");
+  runner_->start_ok("t-12");
+  settle();
+  cancel("t-12");  // being stopped
+  acknowledge_all();
+  const std::size_t presences = link_->on("/presence").size();
+  agent_->hand_over();
+  settle();
+  EXPECT_FALSE(runner_->released);  // t-11 starting, t-12 stopping: not yet
+  const pid_t starting_pid = runner_->next_pid;
+  runner_->start_ok("t-11");
+  runner_->exit("t-12", 143, StopReason::cancelled);
+  advance(200ms);
+  EXPECT_TRUE(runner_->released);                       // nor killed when the runner goes
+  ASSERT_EQ(runner_->stops.size(), 1u);                 // t-12's, asked before; nothing else stopped
+  EXPECT_EQ(link_->on("/presence").size(), presences);  // no offline said: the robot is not gone
+  EXPECT_EQ(link_->disconnects, 1);
+  EXPECT_EQ(agent_->exit_code(), kHandOverExitCode);
+  agent_->shutdown();  // a SIGTERM after it changes nothing
+  settle();
+  EXPECT_EQ(runner_->stops.size(), 1u);
+
+  make_agent();
+  runner_->alive.insert(pid);
+  runner_->alive.insert(starting_pid);
+  connect();
+  EXPECT_EQ(runner_->adopted, (std::vector<std::string>{"t-10", "t-11"}));
+  EXPECT_TRUE(runner_->starts.empty());
+  runner_->exit("t-10", 3);
+  settle();
+  EXPECT_EQ(reports_for("t-10").back().state, TaskRunState::failed);
+  EXPECT_EQ(reports_for("t-10").back().exit_code, 3);
 }
 
 // The contact file's time, as a shim reads it; none before the first contact.

@@ -6,6 +6,7 @@
 
 #include "k8s4r/agent/spare_shims.h"
 #include "k8s4r/agent/task_cgroups.h"
+#include "k8s4r/shim/cgroup.h"
 
 #include <gtest/gtest.h>
 
@@ -302,6 +303,96 @@ TEST_P(MonitorTest, ATimeoutReachesWhatLeftTheProcessGroup) {
   EXPECT_EQ(exit.status.signal, SIGKILL);
   EXPECT_TRUE(gone_within(pid, 5s));
   EXPECT_TRUE(fs::exists(got_term)) << "the escaped process never saw SIGTERM";
+}
+
+// The agent's hand-over: a released task outlives its monitor, and its
+// deadline, passed meanwhile, sends nothing: the next agent watches it.
+TEST_P(MonitorTest, AReleasedTaskOutlivesItsMonitorUnsignalled) {
+  if (GetParam() == Mode::direct) GTEST_SKIP() << "the agent hands over only tasks under their shims";
+  const fs::path got_term = dir_ / "released-term";
+  const fs::path pid_file = dir_ / "released.pid";
+  std::optional<TaskProcess> task;
+  {
+    Monitor own(MonitorCallbacks{[](const TaskExit&) {}, [](const SignalAction&, std::chrono::nanoseconds) {}});
+    auto launched = own.launch("released",
+                               shell("trap 'echo TERM > " + got_term.string() + "' TERM; echo $$ > " +
+                                     pid_file.string() + "; while :; do sleep 0.05; done"),
+                               shim_for("released"), 100ms, 1s);
+    ASSERT_TRUE(launched) << launched.error().message;
+    task = launched.value();
+    ASSERT_GT(read_pid(pid_file), 0);
+    own.release_all();
+    EXPECT_FALSE(own.stop_task("released", StopReason::cancelled));  // no stop either
+    std::this_thread::sleep_for(400ms);                              // past the 100 ms timeout
+  }
+  const pid_t pid = read_pid(pid_file);
+  EXPECT_FALSE(dead(pid)) << "the monitor killed a task it had released";
+  EXPECT_FALSE(dead(task->pid)) << "the monitor killed the shim of a task it had released";
+  EXPECT_FALSE(fs::exists(got_term)) << "the released task got its timeout's SIGTERM";
+  kill(-pid, SIGKILL);
+  EXPECT_TRUE(gone_within(pid, 5s));
+  EXPECT_TRUE(gone_within(task->pid, 5s));  // the shim follows its task
+}
+
+// How many times a process got SIGRTMIN: a real-time signal queues where
+// SIGTERM would merge into one pending signal, so a second delivery shows.
+// The child blocks it, joins `cgroup` (and a process group of its own, or a
+// new session), says ready, and exits with the count once told to.
+struct Counter {
+  pid_t pid = -1;
+  int go = -1;
+};
+Counter count_rtmin(const std::string& cgroup, bool new_session) {
+  int ready[2], go[2];
+  if (pipe(ready) != 0 || pipe(go) != 0) return {};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGRTMIN);
+    sigprocmask(SIG_BLOCK, &set, nullptr);
+    if (new_session)
+      setsid();
+    else
+      setpgid(0, 0);
+    std::ofstream(cgroup + "/cgroup.procs") << getpid() << std::flush;
+    char byte = 1;
+    if (write(ready[1], &byte, 1) != 1 || read(go[0], &byte, 1) != 1) _exit(100);
+    const timespec none{};
+    int count = 0;
+    while (sigtimedwait(&set, nullptr, &none) == SIGRTMIN) ++count;
+    _exit(count);
+  }
+  close(ready[1]);
+  close(go[0]);
+  char byte = 0;
+  if (read(ready[0], &byte, 1) != 1) return {};
+  close(ready[0]);
+  return {pid, go[1]};
+}
+int counted(Counter counter) {
+  char byte = 1;
+  if (write(counter.go, &byte, 1) != 1) return -1;
+  close(counter.go);
+  int status = 0;
+  waitpid(counter.pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A task's processes are in its process group and its cgroup at once: a
+// signal to the task reaches each of them once (a second SIGTERM means "quit
+// now" to many programs), and reaches what left the group through the cgroup.
+TEST_P(MonitorTest, EachProcessOfATaskGetsItsSignalOnce) {
+  if (GetParam() != Mode::cgroup) GTEST_SKIP() << "the cgroup is what a process could be signalled through twice";
+  const std::string cgroup = cgroups_->create("once").value();
+  const Counter leader = count_rtmin(cgroup, false);
+  const Counter escaped = count_rtmin(cgroup, true);
+  ASSERT_GT(leader.pid, 0);
+  ASSERT_GT(escaped.pid, 0);
+  ASSERT_TRUE(shim::signal_task_processes(cgroup, leader.pid, SIGRTMIN));
+  EXPECT_EQ(counted(leader), 1);
+  EXPECT_EQ(counted(escaped), 1);
+  ::rmdir(cgroup.c_str());
 }
 
 // An agent that restarts is not the shim's parent; the shim's exit record

@@ -14,11 +14,12 @@
 
 namespace k8s4r::daemon {
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(std::initializer_list<int> more) {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  for (const int signal : more) sigaddset(&stop_signals, signal);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   fd_ = signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -29,10 +30,13 @@ StopSignals::~StopSignals() {
   if (fd_ >= 0) close(fd_);
 }
 
-void StopSignals::watch(EventLoop& loop, std::function<void(const std::string&)> on_signal) {
+void StopSignals::watch(EventLoop& loop, std::function<void(int, const std::string&)> on_signal) {
   loop.watch(fd_, [fd = fd_, on_signal = std::move(on_signal)] {
     signalfd_siginfo info{};
-    while (read(fd, &info, sizeof info) == sizeof info) on_signal(strsignal(static_cast<int>(info.ssi_signo)));
+    while (read(fd, &info, sizeof info) == sizeof info) {
+      const int signal = static_cast<int>(info.ssi_signo);
+      on_signal(signal, strsignal(signal));
+    }
   });
 }
 

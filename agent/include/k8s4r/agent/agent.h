@@ -49,6 +49,10 @@ struct AgentHooks {
   RunnerFactory make_runner;
 };
 
+// The agent's exit status after a hand-over (EX_TEMPFAIL): the unit restarts
+// it (RestartForceExitStatus=75) and counts it a success (SuccessExitStatus).
+inline constexpr int kHandOverExitCode = 75;
+
 class Agent {
  public:
   using LinkFactory = std::function<std::unique_ptr<mqtt::Link>(mqtt::LinkEvents)>;
@@ -66,6 +70,17 @@ class Agent {
   // reports them, flushes the report queue (bounded wait), says offline and
   // disconnects; then stops the loop.
   void shutdown();
+  // Exits leaving the running tasks to their shims, for the next agent on
+  // this work dir to adopt (the package's upgrade sends SIGUSR2): takes no
+  // more messages, waits (30 s at most) until no task is starting or being
+  // stopped, commits the state store, disconnects (the broker publishes no
+  // last will: the robot is not gone) and stops the loop; exit_code() is
+  // then kHandOverExitCode, on which systemd starts the next agent
+  // (RestartForceExitStatus). Tasks whose agent does not come back are
+  // stopped by their shims after disconnect.stopOnRobotAfter.
+  void hand_over();
+  // What main() returns: 0, or kHandOverExitCode after a hand-over.
+  int exit_code() const { return exit_code_; }
 
  private:
   struct Parts;
@@ -73,6 +88,8 @@ class Agent {
   void cap_logs_periodically();
   void check_shutdown_progress();
   void finish_shutdown();
+  void finish_hand_over();
+  void poll_hand_over();
 
   AgentConfig config_;
   daemon::EventLoop& loop_;
@@ -80,6 +97,8 @@ class Agent {
   std::unique_ptr<Parts> parts_;
   bool shutting_down_ = false;
   bool shutdown_finished_ = false;
+  bool handing_over_ = false;
+  int exit_code_ = 0;
   std::optional<SteadyTime> flush_deadline_;
 };
 

@@ -72,6 +72,9 @@ class Monitor {
   // False when no such task runs.
   bool stop_task(const std::string& task_uid, StopReason reason);
   std::size_t running() const;
+  // Leaves every watched task to whoever adopts it next: no more deadlines,
+  // and the destructor neither kills nor reaps them (the agent's hand-over).
+  void release_all();
 
  private:
   struct Child {
@@ -99,6 +102,7 @@ class Monitor {
   std::map<std::string, Child> children_;
   std::map<int, std::string> task_by_fd_;
   std::atomic<bool> stopping_{false};
+  bool released_ = false;   // under mutex_
   bool use_pwait2_ = true;  // monitor thread only
   std::thread thread_;
 };

@@ -89,6 +89,10 @@ class TaskRunner {
   virtual void sweep(const std::vector<TaskProcess>& keep) = 0;
   // The run's end is durable in the agent's state: its exit record may go.
   virtual void forget_record(const TaskProcess& processes) = 0;
+  // The agent hands over to its successor (Agent::hand_over): every run is
+  // left as it is, unsignalled and unwatched, for the next agent to adopt;
+  // runs not yet started never start.
+  virtual void release_all() = 0;
 };
 
 using RunnerFactory = std::function<std::unique_ptr<TaskRunner>(const AgentConfig&, RunnerEvents)>;

@@ -34,6 +34,14 @@ Result<std::vector<pid_t>> cgroup_processes(const std::string& path);
 // and for other signals, each process listed is signalled.
 Result<void> signal_cgroup(const std::string& path, int signal);
 
+// Sends `signal` once to each process of a task: its process group `pgid`,
+// and each process of its cgroup `path` (none when empty; a cgroup already
+// gone is fine) outside that group, such as one that called setsid. A
+// process in both gets it once: many programs take a second SIGTERM or
+// SIGINT as "quit now", which would cut their graceful stop short. SIGKILL
+// goes to the whole cgroup through cgroup.kill.
+Result<void> signal_task_processes(const std::string& path, pid_t pgid, int signal);
+
 // Kills every process in `path` and below and removes those cgroups,
 // waiting at most `wait` for the processes to be gone. A path that does not
 // exist is removed already.

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -18,17 +19,18 @@ namespace k8s4r::daemon {
 
 class StopSignals {
  public:
-  // Blocks SIGTERM and SIGINT, opens a signalfd for them and ignores
-  // SIGPIPE (a dropped socket is an error value, not a death). Throws
+  // Blocks SIGTERM, SIGINT and the `more` signals a daemon also handles
+  // (the agent's SIGUSR2), opens a signalfd for them and ignores SIGPIPE (a
+  // dropped socket is an error value, not a death). Throws
   // std::system_error when the signalfd cannot be made.
-  StopSignals();
+  explicit StopSignals(std::initializer_list<int> more = {});
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
-  // Calls on_signal with the signal's name ("Terminated") on the loop, once
-  // per signal received.
-  void watch(EventLoop& loop, std::function<void(const std::string& signal_name)> on_signal);
+  // Calls on_signal with the signal's number and name ("Terminated") on the
+  // loop, once per signal received.
+  void watch(EventLoop& loop, std::function<void(int signal, const std::string& signal_name)> on_signal);
 
  private:
   int fd_ = -1;
