@@ -28,6 +28,7 @@ void on_signal(int) { g_stop = 1; }
 int main(int argc, char** argv) {
   using namespace k8s4r::kube_sim;
   CLI::App app{"k8s4r-kube-sim: an in-memory Kubernetes API server stand-in for tests and demos", "k8s4r-kube-sim"};
+  app.set_version_flag("--version", std::string("k8s4r-kube-sim ") + K8S4R_VERSION);
   std::string listen = "127.0.0.1:0";
   std::string kubeconfig_path, tls_ca;
   std::size_t history = 100;

@@ -45,6 +45,9 @@ ensure_node_modules() {
 # ccache shares its cache between clones of the repository (CI builds a fresh
 # clone each time): paths under the repository are hashed relative to it.
 export CCACHE_BASEDIR="$REPO_ROOT" CCACHE_NOHASHDIR=true
+# Room for the tests' four builds and the packages' two (ccache's default,
+# 5 GB, evicted one to make room for another).
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-12G}
 
 # configure_and_build BUILD_DIR [cmake options...]
 configure_and_build() {
