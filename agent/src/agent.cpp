@@ -220,6 +220,8 @@ Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link,
 }
 
 Agent::~Agent() {
+  loop_.cancel(hand_over_deadline_);
+  loop_.cancel(hand_over_poll_);
   // The link's, the runner's and the downloads' threads stop before the
   // state they post to; a callback waiting for room in the inbox would hold
   // up the link's teardown.
@@ -252,9 +254,17 @@ void Agent::cap_logs_periodically() {
 }
 
 void Agent::shutdown() {
-  if (shutting_down_) return;
-  shutting_down_ = true;
+  if (shutting_down_ && !(handing_over_ && !shutdown_finished_)) return;
   Parts& p = *parts_;
+  if (handing_over_) {
+    // A stop (systemctl stop, a removal) during a hand-over's wait wins: the
+    // tasks are stopped and reported as on any stop; nothing will adopt them.
+    handing_over_ = false;
+    loop_.cancel(hand_over_deadline_);
+    loop_.cancel(hand_over_poll_);
+    spdlog::info("stopped while handing over: stopping the tasks instead");
+  }
+  shutting_down_ = true;
   p.inbox.close();  // a callback waiting for room must not hold up the disconnect
   spdlog::info("shutting down: stopping {} task(s)",
                std::count_if(p.tasks.begin(), p.tasks.end(), [](const auto& item) { return item.second.active(); }));
@@ -269,37 +279,51 @@ void Agent::hand_over() {
   shutting_down_ = true;
   handing_over_ = true;
   Parts& p = *parts_;
-  p.inbox.close();  // no new task: the bridge sends it again to the next agent
+  // Off the broker at once: what arrives from now on (a dispatch, a cancel)
+  // waits in the persistent session for the next agent, and reports queue in
+  // state.log. The robot is not gone: a clean disconnect publishes no will.
+  p.inbox.close();
+  p.session.stop();
+  p.link->disconnect(1s);
   p.retention.stop();
+  // Long enough for the slowest stop under way to end (its killTimeout).
+  const auto wait =
+      std::max<std::chrono::nanoseconds>(kHandOverWait, p.lifecycle.longest_kill_timeout_in_transit() + 5s);
   const std::size_t moving = p.lifecycle.in_transit();
   spdlog::info("handing over to the next agent{}",
                moving == 0 ? std::string()
-                           : " once " + std::to_string(moving) + " task(s) starting or stopping are done (at most " +
-                                 format_go_duration(kHandOverWait) + ")");
-  loop_.after(kHandOverWait, [this] { finish_hand_over(); });
+                           : " once " + std::to_string(moving) +
+                                 " task(s) starting, stopping or waiting to restart are done (at most " +
+                                 format_go_duration(wait) + ")");
+  hand_over_deadline_ = loop_.after(wait, [this] { finish_hand_over(); });
   poll_hand_over();
 }
 
 void Agent::poll_hand_over() {
   // A start or a stop ends in an event of the runner's; looking every 100 ms
   // needs no hook in each.
+  hand_over_poll_ = 0;
   check_shutdown_progress();
-  if (!shutdown_finished_) loop_.after(100ms, [this] { poll_hand_over(); });
+  if (handing_over_ && !shutdown_finished_) hand_over_poll_ = loop_.after(100ms, [this] { poll_hand_over(); });
 }
 
 void Agent::finish_hand_over() {
-  if (shutdown_finished_) return;
+  if (shutdown_finished_ || !handing_over_) return;
   shutdown_finished_ = true;
+  loop_.cancel(hand_over_deadline_);
+  loop_.cancel(hand_over_poll_);
   Parts& p = *parts_;
-  if (const std::size_t moving = p.lifecycle.in_transit(); moving > 0)
-    spdlog::warn("handing over with {} task(s) still starting or stopping: the next agent finds them", moving);
+  if (const std::size_t moving = p.lifecycle.in_transit(); moving > 0) {
+    spdlog::warn(
+        "handing over with {} task(s) still starting, stopping or waiting to restart: the next agent "
+        "reports what it cannot take over failed (AgentRestarted)",
+        moving);
+  }
   spdlog::info("handing over: leaving {} running task(s) to their shims for the next agent",
                std::count_if(p.tasks.begin(), p.tasks.end(), [](const auto& item) { return item.second.active(); }));
   p.runner->release_all();
   if (p.store->finished_tasks() > 0) p.store->note_clock(p.run_clock.now());
   if (auto committed = p.durability.commit(); !committed) spdlog::error("{}", committed.error().message);
-  p.session.stop();
-  p.link->disconnect(1s);
   exit_code_ = kHandOverExitCode;
   loop_.stop();
 }

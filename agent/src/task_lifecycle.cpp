@@ -391,12 +391,34 @@ bool TaskLifecycle::all_finished() const {
   return true;
 }
 
+bool TaskLifecycle::in_transit(const AgentTask& task) const {
+  switch (task.phase) {
+    case Phase::accepted:
+    case Phase::fetching:
+    case Phase::starting:
+    case Phase::waiting_restart:
+      return true;
+    case Phase::running:
+      // Being stopped by us, or by the monitor at its timeout.
+      return task.stop_requested ||
+             (task.spec.timeout && task.started_at && loop_.clock().wall() >= *task.started_at + *task.spec.timeout);
+    case Phase::finished:
+      return false;
+  }
+  return false;
+}
+
 std::size_t TaskLifecycle::in_transit() const {
-  return static_cast<std::size_t>(std::count_if(tasks_.begin(), tasks_.end(), [](const auto& item) {
-    const AgentTask& task = item.second;
-    return task.phase == Phase::accepted || task.phase == Phase::fetching || task.phase == Phase::starting ||
-           (task.phase == Phase::running && task.stop_requested);
-  }));
+  return static_cast<std::size_t>(
+      std::count_if(tasks_.begin(), tasks_.end(), [this](const auto& item) { return in_transit(item.second); }));
+}
+
+std::chrono::nanoseconds TaskLifecycle::longest_kill_timeout_in_transit() const {
+  std::chrono::nanoseconds longest{0};
+  for (const auto& [uid, task] : tasks_) {
+    if (in_transit(task)) longest = std::max(longest, task.spec.kill_timeout.value_or(config_.default_kill_timeout));
+  }
+  return longest;
 }
 
 void TaskLifecycle::stop_all() {

@@ -80,10 +80,14 @@ class TaskLifecycle {
   void cap_logs();
   // True when no task is starting, running or waiting to restart.
   bool all_finished() const;
-  // Tasks a hand-over waits for: starting (accepted, fetching artifacts,
-  // handed to a shim: no pid recorded yet) or running with a stop asked for
-  // (a stop the next agent would not know of).
+  // Tasks a hand-over waits for, which the next agent could not take over
+  // as they are: starting (accepted, fetching artifacts, handed to a shim:
+  // no pid recorded yet), waiting out a restart delay, or being stopped (by
+  // the agent, or by the monitor at their timeout: a stop the next agent
+  // would not know of, or would send again).
   std::size_t in_transit() const;
+  // The longest killTimeout among them: how long a stop may still take.
+  std::chrono::nanoseconds longest_kill_timeout_in_transit() const;
   bool shutting_down() const { return shutting_down_; }
   // Refuses new tasks from now on and stops every task that has not finished.
   void stop_all();
@@ -97,6 +101,7 @@ class TaskLifecycle {
   std::function<void(AgentTask& task)> on_finished;
 
  private:
+  bool in_transit(const AgentTask& task) const;
   void begin(AgentTask& task);
   void start_run(AgentTask& task);
   bool hand_over(AgentTask& task);

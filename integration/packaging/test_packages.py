@@ -60,6 +60,9 @@ def test_the_packages_hold_the_daemons_their_units_and_config_for_amd64_and_arm6
             if daemon in ("agent", "bridge", "manager"):
                 unit = (unpacked / f"lib/systemd/system/k8s4r-{daemon}.service").read_text()
                 assert f"ExecStart=/usr/bin/k8s4r-{daemon} --config /etc/k8s4r/{daemon}.yaml" in unit
+                if daemon == "agent":  # what the upgrade's hand-over relies on
+                    for line in ("KillMode=process", "SuccessExitStatus=75", "RestartForceExitStatus=75"):
+                        assert f"\n{line}\n" in unit, line
                 assert dpkg_deb("-I", str(path), "conffiles").split() == [f"/etc/k8s4r/{daemon}.yaml"]
                 # Shipped commented out: a daemon refuses to start until it is configured.
                 config = (unpacked / f"etc/k8s4r/{daemon}.yaml").read_text()

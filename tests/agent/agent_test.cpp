@@ -908,8 +908,9 @@ TEST_F(AgentTest, ShutdownStopsTheRunningTasksReportsThemAndSaysOffline) {
 }
 
 // The package's upgrade (SIGUSR2): the agent leaves, its tasks do not. It
-// waits for a task being started (no pid recorded yet) and one being
-// stopped (the next agent would not know to), then exits with 75.
+// leaves the broker at once, waits for a task being started (no pid recorded
+// yet) and one being stopped (the next agent would not know to), then exits
+// with 75.
 TEST_F(AgentTest, AHandOverLeavesTheRunningTaskToTheNextAgentWhichReportsItsTrueEnd) {
   connect();
   dispatch("t-10");
@@ -924,7 +925,8 @@ TEST_F(AgentTest, AHandOverLeavesTheRunningTaskToTheNextAgentWhichReportsItsTrue
   const std::size_t presences = link_->on("/presence").size();
   agent_->hand_over();
   settle();
-  EXPECT_FALSE(runner_->released);  // t-11 starting, t-12 stopping: not yet
+  EXPECT_EQ(link_->disconnects, 1);  // off the broker at once: what comes next waits for the next agent
+  EXPECT_FALSE(runner_->released);   // t-11 starting, t-12 stopping: not yet
   const pid_t starting_pid = runner_->next_pid;
   runner_->start_ok("t-11");
   runner_->exit("t-12", 143, StopReason::cancelled);
@@ -932,7 +934,6 @@ TEST_F(AgentTest, AHandOverLeavesTheRunningTaskToTheNextAgentWhichReportsItsTrue
   EXPECT_TRUE(runner_->released);                       // nor killed when the runner goes
   ASSERT_EQ(runner_->stops.size(), 1u);                 // t-12's, asked before; nothing else stopped
   EXPECT_EQ(link_->on("/presence").size(), presences);  // no offline said: the robot is not gone
-  EXPECT_EQ(link_->disconnects, 1);
   EXPECT_EQ(agent_->exit_code(), kHandOverExitCode);
   agent_->shutdown();  // a SIGTERM after it changes nothing
   settle();
@@ -944,10 +945,45 @@ TEST_F(AgentTest, AHandOverLeavesTheRunningTaskToTheNextAgentWhichReportsItsTrue
   connect();
   EXPECT_EQ(runner_->adopted, (std::vector<std::string>{"t-10", "t-11"}));
   EXPECT_TRUE(runner_->starts.empty());
+  EXPECT_EQ(reports_for("t-12").back().reason, "Cancelled");  // its end, queued while off the broker
   runner_->exit("t-10", 3);
   settle();
   EXPECT_EQ(reports_for("t-10").back().state, TaskRunState::failed);
   EXPECT_EQ(reports_for("t-10").back().exit_code, 3);
+}
+
+// A start that never answers holds a hand-over up 30 s at most.
+TEST_F(AgentTest, AHandOverWaitsForAStartingTaskAtMostThirtySeconds) {
+  connect();
+  dispatch("t-13");  // handed to the runner, never answered
+  agent_->hand_over();
+  advance(29s);
+  EXPECT_FALSE(runner_->released);
+  advance(2s);
+  EXPECT_TRUE(runner_->released);
+  EXPECT_EQ(agent_->exit_code(), kHandOverExitCode);
+}
+
+// systemctl stop (or a removal) during a hand-over's wait: the tasks are
+// stopped as on any stop, since no agent will adopt them.
+TEST_F(AgentTest, AStopDuringAHandOverStopsTheTasksInstead) {
+  connect();
+  dispatch("t-14");
+  runner_->start_ok("t-14");
+  dispatch("t-15");  // starting: holds the hand-over
+  settle();
+  agent_->hand_over();
+  settle();
+  agent_->shutdown();
+  settle();
+  EXPECT_FALSE(runner_->released);
+  ASSERT_FALSE(runner_->stops.empty());
+  EXPECT_EQ(runner_->stops[0], (std::pair<std::string, StopReason>{"t-14", StopReason::shutdown}));
+  runner_->exit("t-14", 143, StopReason::shutdown);
+  runner_->start_fails("t-15", "stopped");
+  advance(10s);
+  EXPECT_EQ(agent_->exit_code(), 0);
+  EXPECT_FALSE(runner_->released);
 }
 
 // The contact file's time, as a shim reads it; none before the first contact.

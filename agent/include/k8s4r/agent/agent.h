@@ -71,12 +71,14 @@ class Agent {
   // disconnects; then stops the loop.
   void shutdown();
   // Exits leaving the running tasks to their shims, for the next agent on
-  // this work dir to adopt (the package's upgrade sends SIGUSR2): takes no
-  // more messages, waits (30 s at most) until no task is starting or being
-  // stopped, commits the state store, disconnects (the broker publishes no
-  // last will: the robot is not gone) and stops the loop; exit_code() is
-  // then kHandOverExitCode, on which systemd starts the next agent
-  // (RestartForceExitStatus). Tasks whose agent does not come back are
+  // this work dir to adopt (the package's upgrade sends SIGUSR2): leaves the
+  // broker at once (what arrives waits in the persistent session; the broker
+  // publishes no last will: the robot is not gone), waits until no task is
+  // starting, being stopped or waiting to restart (30 s, or the longest
+  // killTimeout under way plus 5 s, at most), commits the state store and
+  // stops the loop; exit_code() is then kHandOverExitCode, on which systemd
+  // starts the next agent (RestartForceExitStatus). A shutdown() during the
+  // wait stops the tasks instead. Tasks whose agent does not come back are
   // stopped by their shims after disconnect.stopOnRobotAfter.
   void hand_over();
   // What main() returns: 0, or kHandOverExitCode after a hand-over.
@@ -98,6 +100,7 @@ class Agent {
   bool shutting_down_ = false;
   bool shutdown_finished_ = false;
   bool handing_over_ = false;
+  daemon::EventLoop::TimerId hand_over_deadline_ = 0, hand_over_poll_ = 0;
   int exit_code_ = 0;
   std::optional<SteadyTime> flush_deadline_;
 };
