@@ -75,6 +75,8 @@ def main():
         for layout in sorted((dist / "images").glob("k8s4r-*")):
             index = json.loads((layout / "index.json").read_text())
             for manifest_ref in index["manifests"]:
+                if manifest_ref["mediaType"] != "application/vnd.oci.image.manifest.v1+json":
+                    continue  # VERSION: the index of the per-architecture images
                 tag = manifest_ref["annotations"]["org.opencontainers.image.ref.name"]
                 algorithm, digest = manifest_ref["digest"].split(":")
                 manifest = json.loads((layout / "blobs" / algorithm / digest).read_text())

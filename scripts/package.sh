@@ -71,6 +71,9 @@ if [[ ${K8S4R_SKIP_IMAGES:-0} != 1 ]]; then
       log "image k8s4r-$daemon ($arch) built in $((SECONDS - started)) s"
     done
   done
+  for daemon in bridge manager kube-sim; do
+    tag_image_index "k8s4r-$daemon" "$version" "$dist" "${archs[@]}"
+  done
 fi
 
 log "in dist/:"

@@ -241,15 +241,21 @@ def test_the_arm64_agent_under_qemu_registers_reports_true_exit_codes_and_a_time
         agent.cleanup()
 
 
+def blob(layout, digest):
+    algorithm, value = digest.split(":", 1)
+    return json.loads((layout / "blobs" / algorithm / value).read_text())
+
+
+def tagged(layout, tag):
+    index = json.loads((layout / "index.json").read_text())
+    [entry] = [m for m in index["manifests"]
+               if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag]
+    return entry
+
+
 def image_config(layout, tag):
     """The OCI image configuration of `tag` in an image layout: index → manifest → config."""
-    def blob(digest):
-        algorithm, value = digest.split(":", 1)
-        return json.loads((layout / "blobs" / algorithm / value).read_text())
-    index = json.loads((layout / "index.json").read_text())
-    [manifest] = [m for m in index["manifests"]
-                  if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == tag]
-    return blob(blob(manifest["digest"])["config"]["digest"])
+    return blob(layout, blob(layout, tagged(layout, tag)["digest"])["config"]["digest"])
 
 
 def test_each_image_runs_its_daemon_as_its_own_user_on_a_read_only_root_and_says_its_version_and_source(tmp_path):
@@ -258,8 +264,25 @@ def test_each_image_runs_its_daemon_as_its_own_user_on_a_read_only_root_and_says
         layout = DIST / "images" / name
         if not layout.exists():
             pytest.skip(f"{layout} is not built: run ./scripts/package-test.sh")
-        config = image_config(layout, VERSION)
-        assert config["architecture"] == "amd64" and config["os"] == "linux"
+        # VERSION names both architectures: an image index a runtime picks its platform from.
+        index = blob(layout, tagged(layout, VERSION)["digest"])
+        assert {(m["platform"]["os"], m["platform"]["architecture"]) for m in index["manifests"]} == {
+            ("linux", "amd64"), ("linux", "arm64")}
+        for arch in ARCHS:
+            [manifest] = [m for m in index["manifests"] if m["platform"]["architecture"] == arch]
+            assert manifest["digest"] == tagged(layout, f"{VERSION}-{arch}")["digest"]
+            assert image_config(layout, f"{VERSION}-{arch}")["architecture"] == arch
+            # As a registry client sees it: skopeo resolves the name to each platform's image.
+            seen = subprocess.run(["skopeo", "inspect", "--override-os", "linux", "--override-arch", arch,
+                                   f"oci:{layout}:{VERSION}"], check=True, capture_output=True, text=True).stdout
+            assert json.loads(seen)["Architecture"] == arch
+        # What README's push does, to a layout here instead of a registry: both platforms travel.
+        copied = tmp_path / f"{name}-copy"
+        subprocess.run(["skopeo", "copy", "--all", f"oci:{layout}:{VERSION}", f"oci:{copied}:{VERSION}"], check=True,
+                       capture_output=True)
+        assert len(blob(copied, tagged(copied, VERSION)["digest"])["manifests"]) == 2
+        config = image_config(layout, f"{VERSION}-amd64")
+        assert config["os"] == "linux"
         assert config["config"]["User"] == "65532:65532"
         assert config["config"]["Entrypoint"] == [f"/usr/bin/{name}"]
         labels = config["config"]["Labels"]
@@ -267,7 +290,7 @@ def test_each_image_runs_its_daemon_as_its_own_user_on_a_read_only_root_and_says
         assert labels["org.opencontainers.image.source"].startswith("https://")
         assert labels["org.opencontainers.image.revision"] not in ("", "unknown")
         bundle = tmp_path / name
-        subprocess.run(["umoci", "unpack", "--image", f"{layout}:{VERSION}", str(bundle)], check=True,
+        subprocess.run(["umoci", "unpack", "--image", f"{layout}:{VERSION}-amd64", str(bundle)], check=True,
                        capture_output=True)
         runtime = json.loads((bundle / "config.json").read_text())
         assert runtime["process"]["user"]["uid"] == 65532 and runtime["process"]["args"] == [f"/usr/bin/{name}"]

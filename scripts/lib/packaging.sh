@@ -4,7 +4,7 @@
 
 # Debian 12 packages that building and testing the packages need.
 K8S4R_PACKAGING_PACKAGES=(
-  debhelper dpkg-dev lintian fakeroot crossbuild-essential-arm64 mmdebstrap umoci qemu-user-static file
+  debhelper dpkg-dev lintian fakeroot crossbuild-essential-arm64 mmdebstrap umoci qemu-user-static file skopeo
 )
 
 # The arm64 -dev packages the cross build links against (CMakeLists.txt's
@@ -103,7 +103,7 @@ extract_with_dependencies() {
 }
 
 # build_image NAME ARCH VERSION DIST WORK: dist/images/NAME, an OCI image
-# layout tagged VERSION (VERSION-ARCH for a foreign ARCH) holding NAME's
+# layout tagged VERSION-ARCH holding NAME's
 # package and the libraries it depends on, extracted from Debian 12 with
 # nothing else: no shell, no package manager. It runs as 65532:65532 (the
 # uid deploy/ runs it as), needs nothing writable, and is labelled with its
@@ -112,8 +112,7 @@ build_image() {
   local name=$1 arch=$2 version=$3 dist=$4 work=$5 root layout tag deb
   root="$work/image-$name-$arch"
   layout="$dist/images/$name"
-  tag=$version
-  [[ $arch == "$(dpkg --print-architecture)" ]] || tag="$version-$arch"
+  tag="$version-$arch"
   deb="$dist/${name}_${version}_${arch}.deb"
   log "image $name:$tag ($arch) from $(basename "$deb")"
   rm -rf "$root"
@@ -143,4 +142,37 @@ build_image() {
     --history.created_by "scripts/package.sh: $(basename "$deb") and its dependencies"
   umoci gc --layout "$layout"
   rm -rf "$root"
+}
+
+# tag_image_index NAME VERSION DIST ARCH...: tags VERSION in
+# dist/images/NAME as an image index of the VERSION-ARCH images, so one
+# name (deploy/'s k8s4r-bridge:VERSION) serves amd64 and arm64 nodes alike:
+# a runtime takes the manifest of its platform, and
+# `skopeo copy --all oci:dist/images/NAME:VERSION docker://...` pushes both.
+tag_image_index() {
+  local name=$1 version=$2 dist=$3
+  shift 3
+  python3 - "$dist/images/$name" "$version" "$@" <<'PYTHON'
+import hashlib, json, pathlib, sys
+layout, version, archs = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+index_path = layout / "index.json"
+index = json.loads(index_path.read_text())
+ref = "org.opencontainers.image.ref.name"
+by_tag = {entry.get("annotations", {}).get(ref): entry for entry in index["manifests"]}
+manifests = []
+for arch in archs:
+    entry = dict(by_tag[f"{version}-{arch}"])
+    entry.pop("annotations", None)
+    entry["platform"] = {"architecture": arch, "os": "linux"}
+    manifests.append(entry)
+blob = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                   "manifests": manifests}, indent=2).encode()
+digest = hashlib.sha256(blob).hexdigest()
+(layout / "blobs" / "sha256" / digest).write_bytes(blob)
+index["manifests"] = [e for e in index["manifests"] if e.get("annotations", {}).get(ref) != version]
+index["manifests"].append({"mediaType": "application/vnd.oci.image.index.v1+json", "digest": f"sha256:{digest}",
+                           "size": len(blob), "annotations": {ref: version}})
+index_path.write_text(json.dumps(index))
+PYTHON
+  umoci gc --layout "$dist/images/$name"  # what an earlier VERSION tag named
 }
