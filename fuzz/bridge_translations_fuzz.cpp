@@ -83,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   registration.token = "t";
   registration.labels = {{"zone", "a"}};
   (void)bridge::may_register(&object, registration);
-  (void)bridge::register_spec_patch(registration, object);
+  (void)bridge::register_robot_patch(registration, object);
   (void)bridge::register_status_patch(registration, &object, now);
   Heartbeat heartbeat;
   heartbeat.robot_id = "robot-1";

@@ -1,6 +1,7 @@
 #include "k8s4r/bridge/cached_fields.h"
 
 #include "k8s4r/bridge/robot_patches.h"
+#include "k8s4r/common/slots.h"
 
 #include <array>
 #include <string_view>
@@ -29,7 +30,14 @@ void keep_cached_fields(nlohmann::json& object) {
       "finalizers"};
   nlohmann::json metadata = object.contains("metadata") ? std::move(object["metadata"]) : nlohmann::json::object();
   keep_only(object, kTop);
+  // Of the labels, only the slot (common/slots.h): a Robot without it is
+  // labelled at its next register.
+  nlohmann::json slot;
+  if (auto labels = metadata.find("labels"); labels != metadata.end() && labels->is_object()) {
+    if (auto found = labels->find(kSlotLabel); found != labels->end()) slot = std::move(*found);
+  }
   keep_only(metadata, kMetadata);
+  if (!slot.is_null()) metadata["labels"] = {{kSlotLabel, std::move(slot)}};
   object["metadata"] = std::move(metadata);
 }
 

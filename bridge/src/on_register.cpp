@@ -46,7 +46,7 @@ void Bridge::on_register(const Register& message) {
   }
   WriteRequest request;
   if (!robot) request.create = new_robot(message, namespace_);
-  request.main_patch = robot ? register_spec_patch(message, *robot) : nullptr;
+  request.main_patch = robot ? register_robot_patch(message, *robot) : nullptr;
   request.status_patch = register_status_patch(message, robot.get(), now());
   request.done = [this, robot_id, response_topic, created = !robot](bool ok, const std::string& error) {
     loop_.post([this, robot_id, response_topic, created, ok, error] {

@@ -1,5 +1,7 @@
 #include "k8s4r/bridge/robot_patches.h"
 
+#include "k8s4r/common/slots.h"
+
 #include "k8s4r/crd/resources.h"
 
 #include <algorithm>
@@ -94,15 +96,25 @@ Decision<void> may_heartbeat(const json& robot, const Heartbeat& message, bool o
 json new_robot(const Register& message, const std::string& namespace_) {
   json robot = {{"apiVersion", crd::kApiVersion},
                 {"kind", "Robot"},
-                {"metadata", {{"name", message.robot_id}, {"namespace", namespace_}}},
+                {"metadata",
+                 {{"name", message.robot_id},
+                  {"namespace", namespace_},
+                  {"labels", {{kSlotLabel, std::to_string(slot_of(message.robot_id))}}}}},
                 {"spec", {{"robotId", message.robot_id}, {"description", "registered by its agent"}}}};
   if (!message.labels.empty()) robot["spec"]["labels"] = message.labels;
   return robot;
 }
 
-json register_spec_patch(const Register& message, const json& robot) {
-  if (message.labels.empty() || crd::read_robot(robot).has_spec_labels) return nullptr;
-  return {{"spec", {{"labels", message.labels}}}};
+json register_robot_patch(const Register& message, const json& robot) {
+  json patch = nullptr;
+  if (!message.labels.empty() && !crd::read_robot(robot).has_spec_labels) patch["spec"]["labels"] = message.labels;
+  // A Robot made before slots, or by hand: labelled with its slot.
+  const std::string slot = std::to_string(slot_of(message.robot_id));
+  const json* labels = robot.contains("metadata") ? &robot["metadata"] : nullptr;
+  labels = labels && labels->contains("labels") ? &(*labels)["labels"] : nullptr;
+  if (!labels || !labels->is_object() || labels->value(std::string(kSlotLabel), std::string()) != slot)
+    patch["metadata"]["labels"][std::string(kSlotLabel)] = slot;
+  return patch;
 }
 
 namespace {

@@ -37,6 +37,9 @@ def test_a_robot_registers_and_its_robot_shows_it(sim, observer, robot):
                        20, "device info")
     assert found["spec"]["robotId"] == "robot-1"
     assert found["spec"]["labels"] == {"zone": "lab-a"}
+    # Its slot (common/slots.h, pinned by tests/common/slots_test.cpp): what a bridge replica selects it by.
+    assert found["metadata"]["labels"]["robot.k8s4r.io/slot"] == "303"
+    assert sim.kubectl("get", "robot", "-l", "robot.k8s4r.io/slot=303", "-o", "name").stdout.strip() == "robot.robot.k8s4r.io/robot-1"
     status = found["status"]
     assert status["phase"] == "Pending"  # the manager approves
     assert status["connected"] is True

@@ -32,6 +32,9 @@ def test_a_job_of_two_groups_runs_every_task_on_a_matching_robot(sim, robots, ma
     for task in tasks:
         assert task["status"]["state"] == "completed", task["status"]
         robot = task["spec"]["targetRobot"]
+        # Labelled with its robot's slot when placed: a bridge replica selects its Tasks by it.
+        slot = json.loads(sim.kubectl("get", "robot", robot, "-o", "json").stdout)["metadata"]["labels"]
+        assert task["metadata"]["labels"]["robot.k8s4r.io/slot"] == slot["robot.k8s4r.io/slot"], task["metadata"]
         if task["metadata"]["labels"]["taskgroup"] == "two-groups-left":
             assert robot in ("robot-a", "robot-b"), task["metadata"]["name"]
         else:

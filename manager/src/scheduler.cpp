@@ -5,7 +5,8 @@
 // each robot once and never scans Tasks. Decisions are made one at a time,
 // so two workers never both fill the last room on a robot.
 //
-// A placed Task gets spec.targetRobot and the scheduled-at annotation (in
+// A placed Task gets spec.targetRobot, its robot's slot label
+// (robot.k8s4r.io/slot, common/slots.h) and the scheduled-at annotation (in
 // its create, or in a patch conditional on the version judged) and then
 // status.state dispatching, which the bridge acts on. A Task nothing fits
 // stays pending with the reason, and its group waits for a robot to change.
@@ -20,6 +21,8 @@
 
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/manager/result_cache.h"
+
+#include "k8s4r/common/slots.h"
 
 #include <spdlog/spdlog.h>
 
@@ -133,6 +136,7 @@ bool Manager::write_placement(Unplaced& item, const Placement& placement) {
     if (dispatch) {
       task["spec"]["targetRobot"] = *placement.robot;
       task["metadata"]["annotations"][kScheduledAtAnnotation] = format_rfc3339(now(), TimePrecision::milliseconds);
+      task["metadata"]["labels"][std::string(kSlotLabel)] = std::to_string(slot_of(*placement.robot));
     }
     {
       std::lock_guard lock(mutex_);
@@ -153,6 +157,7 @@ bool Manager::write_placement(Unplaced& item, const Placement& placement) {
     json patch = {{"metadata", {{"resourceVersion", crd::string_at(item.task, {"metadata", "resourceVersion"})}}}};
     if (dispatch) {
       patch["metadata"]["annotations"][kScheduledAtAnnotation] = format_rfc3339(now(), TimePrecision::milliseconds);
+      patch["metadata"]["labels"][std::string(kSlotLabel)] = std::to_string(slot_of(*placement.robot));
       patch["spec"]["targetRobot"] = *placement.robot;
     }
     auto patched = counted("patch", client_.merge_patch(crd::kTasks, ns, name, patch));

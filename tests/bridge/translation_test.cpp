@@ -9,6 +9,8 @@
 #include "k8s4r/bridge/task_patches.h"
 #include "k8s4r/crd/resources.h"
 
+#include "k8s4r/common/slots.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -70,6 +72,7 @@ TEST(RobotPatches, ARegisterMakesAPendingRobotWithTheTokensDigestOnly) {
   EXPECT_EQ(robot["metadata"]["namespace"], "lab");
   EXPECT_EQ(robot["spec"]["robotId"], message.robot_id);
   EXPECT_EQ(robot["spec"]["labels"], json(message.labels));
+  EXPECT_EQ(robot["metadata"]["labels"]["robot.k8s4r.io/slot"], std::to_string(slot_of(message.robot_id)));
   const json patch = register_status_patch(message, nullptr, kNow);
   EXPECT_EQ(patch["status"]["phase"], "Pending");
   EXPECT_EQ(patch["status"]["tokenDigest"], crd::token_digest(message.token));
@@ -100,11 +103,19 @@ TEST(RobotPatches, WhatTheRobotHadSeenIsWrittenBesideItsListAndRemovedWhenItSays
 
 TEST(RobotPatches, ARegisterKeepsThePhaseAndTheOperatorsLabels) {
   const Register message = parse_register(example("register/valid-agent-start.json")).value();
-  const json robot = {{"spec", {{"labels", {{"zone", "operator-set"}}}}}, {"status", {{"phase", "Online"}}}};
+  const std::string slot = std::to_string(slot_of(message.robot_id));
+  const json robot = {{"metadata", {{"labels", {{"robot.k8s4r.io/slot", slot}, {"team", "ops"}}}}},
+                      {"spec", {{"labels", {{"zone", "operator-set"}}}}},
+                      {"status", {{"phase", "Online"}}}};
   EXPECT_FALSE(register_status_patch(message, &robot, kNow)["status"].contains("phase"));
-  EXPECT_TRUE(register_spec_patch(message, robot).is_null());
+  EXPECT_TRUE(register_robot_patch(message, robot).is_null());
+  // A Robot from before slots (or made by hand) gets its slot label and the agent's labels, nothing else.
   const json bare = {{"spec", {{"robotId", message.robot_id}}}};
-  EXPECT_EQ(register_spec_patch(message, bare)["spec"]["labels"], json(message.labels));
+  EXPECT_EQ(register_robot_patch(message, bare), json({{"spec", {{"labels", message.labels}}},
+                                                       {"metadata", {{"labels", {{"robot.k8s4r.io/slot", slot}}}}}}));
+  json wrong = robot;
+  wrong["metadata"]["labels"]["robot.k8s4r.io/slot"] = "9999";
+  EXPECT_EQ(register_robot_patch(message, wrong), json({{"metadata", {{"labels", {{"robot.k8s4r.io/slot", slot}}}}}}));
 }
 
 TEST(RobotPatches, ARejectedRobotMayNotRegisterAgainWithTheTokenItWasRejectedFor) {
@@ -544,7 +555,8 @@ TEST(CachedFields, ACachedRobotKeepsWhatRegisterHeartbeatAndPresenceReadAndLittl
   json cached = robot;
   keep_cached_robot_fields(cached);
 
-  EXPECT_LE(values_in(cached) * 2, values_in(robot)) << "half the values, or fewer";
+  EXPECT_LE((values_in(cached) - 1) * 2, values_in(robot)) << "half the values, or fewer, besides the slot label";
+  EXPECT_EQ(cached["metadata"]["labels"], robot["metadata"]["labels"]);  // the slot: register reads it
   EXPECT_FALSE(cached["status"].contains("agentVersion"));
   EXPECT_EQ(cached["status"]["tokenDigest"], robot["status"]["tokenDigest"]);  // a digest: rejections are told apart
   EXPECT_FALSE(cached["spec"].contains("description"));
@@ -552,7 +564,7 @@ TEST(CachedFields, ACachedRobotKeepsWhatRegisterHeartbeatAndPresenceReadAndLittl
   const Timestamp later = kNow + std::chrono::minutes(1);
   EXPECT_EQ(facts_of_robot(cached), facts_of_robot(robot));
   EXPECT_EQ(bool(may_register(&cached, registration)), bool(may_register(&robot, registration)));
-  EXPECT_EQ(register_spec_patch(registration, cached), register_spec_patch(registration, robot));
+  EXPECT_EQ(register_robot_patch(registration, cached), register_robot_patch(registration, robot));
   EXPECT_EQ(register_status_patch(registration, &cached, later), register_status_patch(registration, &robot, later));
   EXPECT_EQ(heartbeat_status_patch(beat, cached, later), heartbeat_status_patch(beat, robot, later));
   for (bool online : {true, false}) {

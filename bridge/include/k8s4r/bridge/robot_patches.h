@@ -33,12 +33,15 @@ Decision<void> may_register(const nlohmann::json* robot, const Register& message
 Decision<void> may_heartbeat(const nlohmann::json& robot, const Heartbeat& message, bool own_topic);
 
 // The Robot to create for a robot that has none: name and spec.robotId the
-// robot id, the agent's labels as spec.labels.
+// robot id, the agent's labels as spec.labels, its slot as the label
+// robot.k8s4r.io/slot (common/slots.h).
 nlohmann::json new_robot(const Register& message, const std::string& namespace_);
 
-// spec.labels from the agent when the Robot's spec has none; null otherwise
-// (an operator's labels are never overwritten).
-nlohmann::json register_spec_patch(const Register& message, const nlohmann::json& robot);
+// What a register changes on an existing Robot: spec.labels from the agent
+// when the Robot's spec has none (an operator's labels are never
+// overwritten), and the slot label when it is missing or wrong; null when
+// nothing.
+nlohmann::json register_robot_patch(const Register& message, const nlohmann::json& robot);
 
 // status: phase Pending when the Robot has none yet (the manager approves),
 // lastHeartbeatTime, agentVersion, deviceInfo, runningTasks, tokenDigest
