@@ -458,6 +458,9 @@ def test_a_task_of_its_own_waits_for_its_robot_saying_so_and_runs_once_it_comes(
     wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
     apply(sim, standalone_task("pinned", "robot-a", f"echo once >> {ran}/pinned"))
     wait_until(lambda: get(sim, "rtask", "pinned")["status"].get("state") == "completed", 30, "the pinned task to run")
+    # Labelled with its robot's slot, as a placed Task is.
+    assert get(sim, "rtask", "pinned")["metadata"]["labels"]["robot.k8s4r.io/slot"] == \
+        get(sim, "robot", "robot-a")["metadata"]["labels"]["robot.k8s4r.io/slot"]
     apply(sim, standalone_task("early", "robot-late", f"echo once >> {ran}/early"))
     wait_until(lambda: get(sim, "rtask", "early")["status"].get("message") == "robot robot-late does not exist", 20,
                "the task to say its robot does not exist")

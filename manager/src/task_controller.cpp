@@ -3,6 +3,7 @@
 // controller's (task_group_controller.cpp).
 #include "k8s4r/manager/manager.h"
 
+#include "k8s4r/common/slots.h"
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/manager/plan_task.h"
 
@@ -46,9 +47,26 @@ Manager::Outcome Manager::reconcile_task(const std::string& key) {
   }
   if (plan.liveness.recheck) outcome.after(*plan.liveness.recheck);
   if (!plan.status) return outcome;
+  // Sent to the robot it names: labelled with that robot's slot first, as a
+  // placed Task is (common/slots.h), so the bridge replica of that slot sees it.
+  std::string version = crd::string_at(*task, {"metadata", "resourceVersion"});
+  if (plan.status->value("state", "") == "dispatching") {
+    const std::string slot = std::to_string(slot_of(view.target_robot));
+    if (crd::string_at(*task, {"metadata", "labels", kSlotLabel.data()}) != slot) {
+      // Conditional too: the labelled version is then the judged one plus the label.
+      const json labels = {{"metadata", {{"resourceVersion", version}, {"labels", {{std::string(kSlotLabel), slot}}}}}};
+      if (auto labelled = counted("patch", client_.merge_patch(crd::kTasks, ns, name, labels)); !labelled) {
+        if (labelled.error().not_found() || labelled.error().conflict()) return outcome;  // judged again
+        spdlog::warn("task {}: labelling it with its slot: {}", key, labelled.error().to_string());
+        outcome.failed = true;
+        return outcome;
+      } else {
+        version = crd::string_at(labelled.value(), {"metadata", "resourceVersion"});  // the version judged, labelled
+      }
+    }
+  }
   // Conditional on the version judged: a report that came in meanwhile wins.
-  const json patch = {{"metadata", {{"resourceVersion", crd::string_at(*task, {"metadata", "resourceVersion"})}}},
-                      {"status", *plan.status}};
+  const json patch = {{"metadata", {{"resourceVersion", version}}}, {"status", *plan.status}};
   auto written = counted("patch_status", client_.merge_patch(crd::kTasks, ns, name, patch, true));
   if (!written) {
     if (written.error().not_found() || written.error().conflict()) return outcome;  // judged again from the event
