@@ -29,8 +29,8 @@ void Manager::enqueue_artifact_caches_of(const std::string& namespace_) {
 
 Manager::Outcome Manager::reconcile_prefetch(const std::string& robot_key) {
   Outcome outcome;
-  const auto slash = robot_key.find('/');
-  const std::string ns = robot_key.substr(0, slash), name = robot_key.substr(slash + 1);
+  const ObjectName object_name = split_key(robot_key);
+  const std::string &ns = object_name.namespace_, &name = object_name.name;
   const kube::ObjectPtr robot = robots_->get(ns, name);
   if (!robot) return outcome;
   // Not from a cache that has not listed yet: every robot's list would be
@@ -55,8 +55,8 @@ Manager::Outcome Manager::reconcile_prefetch(const std::string& robot_key) {
 
 Manager::Outcome Manager::reconcile_artifact_cache(const std::string& key) {
   Outcome outcome;
-  const auto slash = key.find('/');
-  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  const ObjectName object_name = split_key(key);
+  const std::string &ns = object_name.namespace_, &name = object_name.name;
   const kube::ObjectPtr cache = artifact_caches_->get(ns, name);
   if (!cache) return outcome;
   std::vector<json> robots;

@@ -19,8 +19,8 @@ namespace {}  // namespace
 
 Manager::Outcome Manager::reconcile_job(const std::string& key) {
   Outcome outcome;
-  const auto slash = key.find('/');
-  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  const ObjectName object_name = split_key(key);
+  const std::string &ns = object_name.namespace_, &name = object_name.name;
   const kube::ObjectPtr job = jobs_->get(ns, name);
   if (!job || !crd::value_at(*job, {"metadata", "deletionTimestamp"}).is_null()) return outcome;
 

@@ -39,8 +39,8 @@ Timestamp completed_at(const json& entry) { return cache_entry_completed_at(entr
 Manager::Outcome Manager::reconcile_cache(const std::string& key) {
   if (key == kCacheGarbageKey) return collect_cache_garbage();
   Outcome outcome;
-  const auto slash = key.find('/');
-  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  const ObjectName object_name = split_key(key);
+  const std::string &ns = object_name.namespace_, &name = object_name.name;
   const kube::ObjectPtr task = tasks_->get(ns, name);
   if (!task) return outcome;
   const std::string recorded = crd::string_at(*task, {"status", "cacheKey"});

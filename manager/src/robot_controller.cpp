@@ -27,8 +27,8 @@ std::optional<std::string> Manager::secret_digest(const std::string& namespace_,
 
 Manager::Outcome Manager::reconcile_robot(const std::string& key) {
   Outcome outcome;
-  const auto slash = key.find('/');
-  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  const ObjectName object_name = split_key(key);
+  const std::string &ns = object_name.namespace_, &name = object_name.name;
   const kube::ObjectPtr robot = robots_->get(ns, name);
   if (!robot) return outcome;
   const RobotVerdict verdict = judge_robot(*robot, secret_digest(ns, name), robot_policy_, now());

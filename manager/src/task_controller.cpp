@@ -15,8 +15,8 @@ using nlohmann::json;
 
 Manager::Outcome Manager::reconcile_task(const std::string& key) {
   Outcome outcome;
-  const auto slash = key.find('/');
-  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  const ObjectName object_name = split_key(key);
+  const std::string &ns = object_name.namespace_, &name = object_name.name;
   const kube::ObjectPtr task = tasks_->get(ns, name);
   if (!task || !owner_group(*task).empty()) return outcome;
   const crd::TaskView view = crd::read_task(*task);

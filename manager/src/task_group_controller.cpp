@@ -130,8 +130,8 @@ bool Manager::mark_lost(const json& task, const std::string& why) {
 }
 
 Manager::Outcome Manager::reconcile_group(const std::string& key) {
-  const auto slash = key.find('/');
-  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  const ObjectName object_name = split_key(key);
+  const std::string &ns = object_name.namespace_, &name = object_name.name;
   const GroupView view = view_of_group(ns, name);
   GroupPlan plan = plan_group(view);
   return apply_group_plan(key, view, plan);
@@ -139,8 +139,8 @@ Manager::Outcome Manager::reconcile_group(const std::string& key) {
 
 Manager::Outcome Manager::apply_group_plan(const std::string& key, const GroupView& view, GroupPlan& plan) {
   Outcome outcome;
-  const auto slash = key.find('/');
-  const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
+  const ObjectName object_name = split_key(key);
+  const std::string &ns = object_name.namespace_, &name = object_name.name;
   const auto forget_group = [&] {
     std::lock_guard lock(mutex_);
     waiting_.erase(key);

@@ -200,4 +200,10 @@ std::string key_of(const json& object) {
   return crd::string_at(object, {"metadata", "namespace"}) + "/" + crd::string_at(object, {"metadata", "name"});
 }
 
+ObjectName split_key(const std::string& key) {
+  const auto slash = key.find('/');
+  if (slash == std::string::npos) return {"", key};
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
+
 }  // namespace k8s4r::manager

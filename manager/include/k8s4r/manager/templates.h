@@ -60,6 +60,11 @@ Result<void> check_task_group(const nlohmann::json& task_group);
 
 // "namespace/name" of an object.
 std::string key_of(const nlohmann::json& object);
+// A work queue's key split back into its namespace and name.
+struct ObjectName {
+  std::string namespace_, name;
+};
+ObjectName split_key(const std::string& key);
 
 // The Tasks a TaskGroup asks for, replica by replica (spec.count of them).
 Result<std::vector<nlohmann::json>> tasks_of(const nlohmann::json& task_group);
