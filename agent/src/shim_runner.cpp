@@ -43,11 +43,7 @@ class ShimRunner final : public TaskRunner {
     for (std::size_t i = 0; i < kLaunchers; ++i) launchers_.emplace_back([this] { launch_loop(); });
   }
   ~ShimRunner() override {
-    {
-      std::lock_guard lock(queue_mutex_);
-      stopping_ = true;  // what is queued is never started: nobody would watch it
-    }
-    queue_wake_.notify_all();
+    stop_launching();  // what is queued is never started: nobody would watch it
     for (auto& launcher : launchers_) launcher.join();
     monitor_.reset();
     // Empty once every task ended; what still runs keeps it for the next start.
@@ -197,15 +193,19 @@ class ShimRunner final : public TaskRunner {
   }
 
   void release_all() override {
-    {
-      std::lock_guard lock(queue_mutex_);
-      stopping_ = true;  // what is queued is never started: the next agent finds it unstarted
-    }
-    queue_wake_.notify_all();
+    stop_launching();  // what is queued is never started: the next agent finds it unstarted
     monitor_->release_all();
   }
 
  private:
+  void stop_launching() {
+    {
+      std::lock_guard lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queue_wake_.notify_all();
+  }
+
   // Starts that wait for their shim's answer at the same time: each costs a
   // fork and two execs (the shim's, when no spare is ready, and the task's),
   // which a loaded machine serves one scheduling slice at a time; starting
