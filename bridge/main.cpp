@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
 
     mqtt::LinkSettings settings;
     settings.broker_url = config.broker_url;
-    settings.client_id = config.client_id;
+    settings.client_id = config.mqtt_client_id();
     settings.username = config.username;
     settings.password = config.password;
     settings.ca_file = config.ca_file;
@@ -55,7 +55,14 @@ int main(int argc, char** argv) {
     Bridge bridge(
         config, namespace_, loop, client,
         [&settings](mqtt::LinkEvents events) { return mqtt::make_paho_link(settings, std::move(events)); }, metrics,
-        BridgeHooks{systemd.notify, systemd.watchdog_interval});
+        BridgeHooks{systemd.notify, systemd.watchdog_interval, [] {
+                      // As the manager does with its Lease: a replica behind a partition may
+                      // have had its robots taken over; it ends, and its supervisor starts it
+                      // afresh.
+                      spdlog::critical("lost its replica Lease: exiting so that only the robots' new owners act");
+                      spdlog::default_logger()->flush();
+                      std::_Exit(1);
+                    }});
     daemon::HealthServer health(metrics, [&bridge] { return bridge.not_ready_reason(); });
     const int port = health.start(config.metrics_bind_address);
     spdlog::info("serving /metrics, /healthz and /readyz on port {}", port);

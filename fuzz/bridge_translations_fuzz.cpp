@@ -2,10 +2,13 @@
 // the API server hands the informers (any field of any type, any size), the
 // typed reads, the status and dispatch decisions, the Robot patches, the
 // conditions and the finalizer patches must give a value or a refusal, never
-// crash, hang or leak. Inputs nested deeper than an API server stores are
+// crash, hang or leak. As a slot table's ConfigMap data, a table that parses
+// must write back the same, and every decision on it must keep every epoch
+// from going back. Inputs nested deeper than an API server stores are
 // skipped: the informer never holds one.
 #include "k8s4r/bridge/dispatch_message.h"
 #include "k8s4r/bridge/robot_patches.h"
+#include "k8s4r/bridge/slot_table.h"
 #include "k8s4r/bridge/task_patches.h"
 #include "k8s4r/crd/resources.h"
 
@@ -91,5 +94,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)bridge::heartbeat_status_patch(heartbeat, object, now);
   (void)bridge::presence_status_patch(Presence{"robot-1", false, now}, object, now);
   (void)bridge::register_response("robot-1", true, "registered", &object);
+
+  // As the slot table's data.
+  if (auto table = bridge::parse_slot_table(object); table) {
+    const auto again = bridge::parse_slot_table(bridge::slot_table_data(table.value()));
+    if (!again || !(again.value().slots == table.value().slots) || again.value().epoch != table.value().epoch)
+      __builtin_trap();
+    const std::int64_t now_ms = 1'795'000'000'000;
+    for (const auto& decided :
+         {bridge::rebalance(table.value(), {"bridge-0", "bridge-1"}, now_ms),
+          bridge::hand_over(table.value(), "bridge-0", now_ms), bridge::reclaim(table.value(), "bridge-1", 5),
+          bridge::give_away(table.value(), "bridge-0", {"bridge-0", "bridge-2"}, now_ms)}) {
+      if (decided.epoch < table.value().epoch) __builtin_trap();
+      for (std::uint32_t slot = 0; slot < kSlots; ++slot) {
+        if (decided.slots[slot].epoch < table.value().slots[slot].epoch) __builtin_trap();
+      }
+      (void)bridge::served_by(decided, "bridge-0");
+    }
+  }
   return 0;
 }

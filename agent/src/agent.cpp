@@ -92,7 +92,10 @@ struct Agent::Parts {
     listener.up = [this] { reports.on_connected(); };
     listener.down = [this] { reports.on_disconnected(); };
     listener.registered = [this] { reports.on_bridge_back(); };
-    listener.dispatch = [this](const std::string& payload) { intake.on_dispatch(payload); };
+    listener.dispatch = [this](const std::string& payload) {
+      intake.on_dispatch(payload);
+      if (store->has_staged()) durability.request(false);  // a new epoch, if nothing else
+    };
     listener.prefetch = [this, robot = config_robot_id](const std::string& payload) {
       if (payload.empty()) return;  // a retained list cleared: nothing to do
       auto wanted = parse_prefetch(payload);
@@ -103,7 +106,11 @@ struct Agent::Parts {
       }
       artifacts.prefetch(std::move(wanted.value().artifacts));
     };
-    listener.ack = [this](const Ack& ack) { reports.on_ack(ack); };
+    listener.ack = [this](const Ack& ack) {
+      intake.note_epoch(ack.epoch);
+      reports.on_ack(ack);
+      if (store->has_staged()) durability.request(false);  // a new epoch, if nothing else
+    };
     listener.heard = [this] { contact.heard(); };
     listener.notify = hooks.notify;
     return listener;

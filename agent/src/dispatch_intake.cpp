@@ -86,11 +86,24 @@ void DispatchIntake::on_dispatch(const std::string& payload) {
     return;
   }
   const Dispatch& dispatch = parsed.value();
+  const std::string& uid = dispatch.task.metadata.uid;
+  if (dispatch.epoch) {
+    // Fencing (docs/bridge.md#replicas): a replica that lost this robot's
+    // slot, and does not know it yet, cannot act on it. Nothing is reported:
+    // the Task is its new owner's to send.
+    if (*dispatch.epoch < store_.epoch()) {
+      spdlog::warn(
+          "refused a {} of task {}: epoch {} is below {}, from a bridge replica that no longer serves this "
+          "robot",
+          to_string(dispatch.action), uid, *dispatch.epoch, store_.epoch());
+      return;
+    }
+    store_.raise_epoch(*dispatch.epoch);
+  }
   // Taken once this call returns (the loop builds no heartbeat meanwhile):
   // its task is held, answered or refused with a report.
   if (dispatch.timestamp && (!newest_dispatch_ || *dispatch.timestamp > *newest_dispatch_))
     newest_dispatch_ = dispatch.timestamp;
-  const std::string& uid = dispatch.task.metadata.uid;
   // The bridge holds a report of this robot's with this seq: whatever the
   // agent says next, of this task or any other, is drawn above it (a state
   // restored from an older copy has a lower counter, and its reports would be
@@ -131,6 +144,10 @@ void DispatchIntake::on_dispatch(const std::string& payload) {
     return;
   }
   lifecycle_.create(dispatch);
+}
+
+void DispatchIntake::note_epoch(std::optional<std::int64_t> epoch) {
+  if (epoch) store_.raise_epoch(*epoch);
 }
 
 }  // namespace k8s4r::agent

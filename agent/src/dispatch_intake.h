@@ -25,6 +25,9 @@ class DispatchIntake {
       : tasks_(tasks), store_(store), lifecycle_(lifecycle), retention_(retention) {}
 
   void on_dispatch(const std::string& payload);
+  // The epoch of the replica serving this robot, from an Ack: dispatches
+  // below it are refused from now on.
+  void note_epoch(std::optional<std::int64_t> epoch);
 
   // The timestamp of the newest dispatch taken (created, answered or
   // stopped), which heartbeats echo as newestDispatch: the bridge stamps each

@@ -230,6 +230,9 @@ Result<void> StateStore::apply(const json& record) {
     if (!clock) return Error{"state", "a clock record without clock"};
     clock_ = std::max(clock_, std::chrono::nanoseconds(*clock));
     last_seq_ = std::max(last_seq_, field<std::int64_t>(record, "lastSeq").value_or(0));
+    const auto epoch = field<std::int64_t>(record, "epoch").value_or(0);
+    if (epoch < 0 || epoch > kMaxSeq) return Error{"state", "a clock record with an epoch out of range"};
+    epoch_ = std::max(epoch_, epoch);
     return ok();
   }
   if (*op == "ack") {

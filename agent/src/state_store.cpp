@@ -34,6 +34,7 @@ StateStore& StateStore::operator=(StateStore&& other) noexcept {
   tasks_ = std::move(other.tasks_);
   finished_ = other.finished_;
   last_seq_ = other.last_seq_;
+  epoch_ = other.epoch_;
   clock_ = other.clock_;
   reports_ = std::move(other.reports_);
   reports_by_task_ = std::move(other.reports_by_task_);
@@ -106,6 +107,15 @@ Result<std::uint64_t> StateStore::report(const std::string& uid, std::int64_t se
 
 void StateStore::finish(const std::string& uid, std::uint64_t order, std::chrono::nanoseconds clock) {
   const json record = {{"op", "finish"}, {"uid", uid}, {"finishedOrder", order}, {"clock", clock.count()}};
+  static_cast<void>(apply(record));
+  stage(record);
+}
+
+void StateStore::raise_epoch(std::int64_t epoch) {
+  if (epoch <= epoch_) return;
+  // A clock record (older agents read its clock and lastSeq and pass over
+  // the epoch), so a downgraded agent still reads the file.
+  const json record = {{"op", "clock"}, {"clock", clock_.count()}, {"lastSeq", last_seq_}, {"epoch", epoch}};
   static_cast<void>(apply(record));
   stage(record);
 }
@@ -227,7 +237,9 @@ Result<void> StateStore::commit() {
 std::string StateStore::snapshot() const {
   // First, what only grows: forgotten tasks take their seqs with them, and
   // the next seq must still be above every one of those.
-  std::string text = line_of({{"op", "clock"}, {"clock", clock_.count()}, {"lastSeq", last_seq_}});
+  json clock = {{"op", "clock"}, {"clock", clock_.count()}, {"lastSeq", last_seq_}};
+  if (epoch_ != 0) clock["epoch"] = epoch_;
+  std::string text = line_of(clock);
   for (const auto& [uid, task] : tasks_) {
     json record = {{"op", "task"}, {"uid", uid}, {"lastSeq", task.last_seq}, {"finishedOrder", task.finished_order}};
     write_process(task.process, record);

@@ -40,11 +40,13 @@ void AckSender::flush() {
   for (auto& [robot_id, what] : waiting) {
     auto topic = topics::acks(robot_id);
     if (!topic) continue;
+    const std::optional<std::int64_t> epoch = epoch_of_ ? epoch_of_(robot_id) : std::nullopt;
     std::size_t next = 0;
     do {
       Ack ack;
       ack.robot_id = robot_id;
       ack.timestamp = loop_.clock().wall();
+      ack.epoch = epoch;
       if (next == 0 && what.heartbeat_seen) ack.heartbeat = what.heartbeat.value_or(*ack.timestamp);
       if (next == 0) ack.resend_artifacts = what.resend_artifacts;
       const std::size_t end = std::min(what.reports.size(), next + kMaxAcksPerMessage);

@@ -76,6 +76,13 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
                    "Informer consistency checks, by result (match, mismatch).");
   metrics_.declare("k8s4r_bridge_kube_requests_total", Type::counter,
                    "Every request to the Kubernetes API (lists, watches and writes) and its retries.");
+  metrics_.declare("k8s4r_bridge_slots_served", Type::gauge,
+                   "Slots (of 1,024) this replica serves; with no replica-id, 0 (it serves every robot).");
+  metrics_.declare("k8s4r_bridge_slot_table_epoch", Type::gauge, "The newest epoch of the slot table read.");
+  metrics_.declare("k8s4r_bridge_replicas_live", Type::gauge,
+                   "Bridge replicas live by their Leases, this one included.");
+  metrics_.declare("k8s4r_bridge_messages_not_served_total", Type::counter,
+                   "MQTT messages of robots another replica serves, dropped unread.");
   metrics_.declare("k8s4r_bridge_broker_identities", Type::gauge,
                    "Robot logins the bridge holds in the broker's dynamic-security plugin.");
   metrics_.declare("k8s4r_bridge_broker_identity_changes_total", Type::counter,
@@ -142,18 +149,35 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
 
   new_robots_ =
       std::make_unique<NewRobotGate>(static_cast<double>(config_.new_robots_per_second), config_.max_unapproved_robots);
-  acks_ = std::make_unique<AckSender>(loop_, [this](const std::string& topic, const std::string& payload) {
-    // At QoS 0: an acknowledgement lost costs the robot a resend, which is
-    // answered again; at QoS 1 every heartbeat's would wait in the window of
-    // 20 unacknowledged publishes the broker allows, and a fleet's pile up
-    // in the bridge's memory. Not connected: the robot sends again, and is
-    // answered then.
-    if (mqtt_connected_ && link_) {
-      link_->publish(topic, payload, 0, false, [topic](bool ok, const std::string& error) {
-        if (!ok) spdlog::debug("acknowledgement to {} not sent: {}", topic, error);
-      });
-    }
-  });
+  if (!config_.replica_id.empty()) {
+    lease_client_ =
+        std::make_unique<kube::Client>(kube::lease_client_config(client_.config(), config_.replica_retry_period));
+    SlotCoordinatorConfig slots{
+        namespace_,
+        config_.replica_id,
+        config_.replica_lease_duration,
+        config_.replica_renew_deadline,
+        config_.replica_retry_period,
+        [this](const ServedSlots& served) { return serve_from_coordinator(served); },
+        [this](const std::vector<bool>& handing) { return drained(handing); },
+        hooks_.on_lost_lease ? hooks_.on_lost_lease : [this] { loop_.post([this] { shutdown(); }); }};
+    coordinator_ = std::make_unique<SlotCoordinator>(*lease_client_, std::move(slots), loop_.clock());
+  }
+  acks_ = std::make_unique<AckSender>(
+      loop_,
+      [this](const std::string& topic, const std::string& payload) {
+        // At QoS 0: an acknowledgement lost costs the robot a resend, which is
+        // answered again; at QoS 1 every heartbeat's would wait in the window of
+        // 20 unacknowledged publishes the broker allows, and a fleet's pile up
+        // in the bridge's memory. Not connected: the robot sends again, and is
+        // answered then.
+        if (mqtt_connected_ && link_) {
+          link_->publish(topic, payload, 0, false, [topic](bool ok, const std::string& error) {
+            if (!ok) spdlog::debug("acknowledgement to {} not sent: {}", topic, error);
+          });
+        }
+      },
+      [this](const std::string& robot_id) { return epoch_for(robot_id); });
   writer_ = std::make_unique<KubeWriter>(
       client_,
       [this](const ObjectRef& ref) -> kube::ObjectPtr {
@@ -176,6 +200,10 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
     m.set("k8s4r_bridge_work_queue_longest_wait_seconds", {},
           std::chrono::duration<double>(queue.longest_wait).count());
     m.set("k8s4r_bridge_broker_identities", {}, static_cast<double>(identities_.managed.size()));
+    if (coordinator_) {
+      m.set("k8s4r_bridge_slot_table_epoch", {}, static_cast<double>(coordinator_->table_epoch()));
+      m.set("k8s4r_bridge_replicas_live", {}, static_cast<double>(coordinator_->live_replicas()));
+    }
     std::vector<std::pair<const char*, kube::Informer*>> informers{{"robots", robots_.get()}, {"tasks", tasks_.get()}};
     if (secrets_) informers.emplace_back("secrets", secrets_.get());
     for (const auto& [name, informer] : informers) {
@@ -203,6 +231,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
 }
 
 Bridge::~Bridge() {
+  leaving_ = true;
+  if (coordinator_) coordinator_->stop();
   inbox_.close();  // a callback waiting for room would hold up the link's teardown
   acks_.reset();
   if (link_) link_.reset();
@@ -222,6 +252,7 @@ void Bridge::start() {
   robots_->start();
   tasks_->start();
   if (secrets_) secrets_->start();
+  if (coordinator_) coordinator_->start();
   if (hooks_.watchdog_interval && hooks_.notify) {
     const auto interval = *hooks_.watchdog_interval;
     std::shared_ptr<std::function<void()>> feed = std::make_shared<std::function<void()>>();
@@ -334,6 +365,7 @@ void Bridge::on_disconnected(const std::string& cause) {
 
 void Bridge::send_prefetch(const std::string& robot_id, bool again) {
   if (!mqtt_connected_ || !link_) return;  // sent to every robot on connecting
+  if (!serves(robot_id)) return;           // its owner's
   auto topic = topics::artifacts(robot_id);
   if (!topic) return;
   const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
@@ -391,6 +423,17 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
     return;
   }
   const topics::ParsedTopic& where = parsed_topic.value();
+  // Another replica's robot: its owner has this message too. (One on a
+  // legacy shared topic is judged once its payload names the robot.)
+  if (!where.legacy && !where.robot_id.empty() && !serves(where.robot_id)) {
+    metrics_.add("k8s4r_bridge_messages_not_served_total");
+    return;
+  }
+  const auto not_served = [&](const std::string& robot_id) {
+    if (serves(robot_id)) return false;
+    metrics_.add("k8s4r_bridge_messages_not_served_total");
+    return true;
+  };
   if (where.legacy && !config_.legacy_topics) {
     metrics_.add("k8s4r_bridge_messages_total", {{"topic", "other"}});
     return refuse("a message on " + topic,
@@ -410,6 +453,7 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
         return refuse("a register",
                       {"TopicMismatch", "robotId " + message.value().robot_id + " differs from the topic's"},
                       where.robot_id);
+      if (not_served(message.value().robot_id)) return;
       return on_register(message.value());
     }
     case topics::TopicKind::heartbeat: {
@@ -423,6 +467,7 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
         return refuse("a heartbeat",
                       {"TopicMismatch", "robotId " + message.value().robot_id + " differs from the topic's"},
                       where.robot_id);
+      if (not_served(message.value().robot_id)) return;
       return on_heartbeat(message.value(), !where.legacy);
     }
     case topics::TopicKind::presence: {
@@ -463,6 +508,9 @@ std::string Bridge::not_ready_reason() const {
   if (!synced_) return "informers not synced";
   if (!mqtt_connected_) return "not connected to the broker";
   if (secrets_ && !identities_listed_) return "the broker's robot identities not listed yet";
+  if (coordinator_) {
+    if (auto why = coordinator_->not_ready_reason(); !why.empty()) return why;
+  }
   return "";
 }
 
@@ -476,6 +524,11 @@ void Bridge::shutdown() {
   mqtt_connected_ = false;
   // Writes already taken finish; the rest is read back after a restart.
   writer_->stop();
+  // Nothing more is published or written: its slots go to the other
+  // replicas now, not when its Lease runs out.
+  leaving_ = true;
+  served_.assign(kSlots, 0);
+  if (coordinator_) coordinator_->leave();
   robots_->stop();
   tasks_->stop();
   if (secrets_) secrets_->stop();

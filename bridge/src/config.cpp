@@ -1,5 +1,8 @@
 #include "k8s4r/bridge/config.h"
 
+#include "k8s4r/bridge/slot_table.h"
+#include "k8s4r/kube/leader_election.h"
+
 #include "k8s4r/common/identifiers.h"
 #include "k8s4r/daemon/config_loader.h"
 #include "k8s4r/mqtt/connect_options.h"
@@ -72,6 +75,23 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
        "manage each robot's broker login from its Secret k8s4r-robot-<id> through Mosquitto's "
        "dynamic-security plugin (false)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.dynamic_security); }},
+      {"replica-id", daemon::ValueType::String,
+       "this bridge's identity among replicas that share the fleet, e.g. the pod name of a StatefulSet (none: one "
+       "bridge serves every robot)",
+       [&c](const std::string& v) -> ApplyResult {
+         if (auto checked = validate_replica_id(v); !checked) return checked.error().message + ", got '" + v + "'";
+         c.replica_id = v;
+         return std::nullopt;
+       }},
+      {"replica-lease-duration", daemon::ValueType::Duration,
+       "a replica whose Lease is not renewed this long is gone, and its robots taken over (15s)",
+       [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.replica_lease_duration); }},
+      {"replica-renew-deadline", daemon::ValueType::Duration,
+       "a replica that cannot renew its Lease this long stops serving and exits (10s)",
+       [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.replica_renew_deadline); }},
+      {"replica-retry-period", daemon::ValueType::Duration,
+       "how often a replica renews its Lease; it reads the slot table four times as often (2s)",
+       [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.replica_retry_period); }},
       {"kube-writers", daemon::ValueType::Count, "threads writing to the Kubernetes API (4)",
        [&c](const std::string& v) -> ApplyResult {
          std::size_t writers = 0;
@@ -108,6 +128,16 @@ BridgeConfigOutcome parse_bridge_config(const std::vector<std::string>& args,
         if (config.dynamic_security && config.username.empty())
           errors.push_back(
               "dynamic-security needs mqtt-username: the bridge's own broker user, which no robot may take");
+        if (config.dynamic_security && !config.replica_id.empty())
+          errors.push_back(
+              "dynamic-security is for one bridge: replicas (replica-id) cannot share the broker's logins yet");
+        // A replica stops serving before another may take its robots over.
+        if (!config.replica_id.empty()) {
+          for (std::string& error :
+               kube::lease_timing_errors("replica-", config.replica_lease_duration, config.replica_renew_deadline,
+                                         config.replica_retry_period))
+            errors.push_back(std::move(error));
+        }
         const mqtt::TlsFiles tls{config.ca_file, config.cert_file, config.key_file};
         for (std::string& error : mqtt::tls_setting_errors(config.broker_url, tls)) errors.push_back(std::move(error));
         for (std::string& error : mqtt::tls_file_errors(tls)) errors.push_back(std::move(error));

@@ -41,6 +41,8 @@ void Bridge::reconcile_task(const kube::ObjectPtr& task) {
   if (stopping_ || !mqtt_connected_) return;  // on_connected reconciles every Task
   const crd::TaskView view = crd::read_task(*task);
   if (view.uid.empty()) return;
+  // Another replica's robot. (A Task with no robot yet is nobody's to send.)
+  if (!view.target_robot.empty() && !serves(view.target_robot)) return;
   TaskMemory& memory = task_memory_[view.uid];
   const std::optional<crd::TaskState> state = memory.applied.state_or(view);
 
@@ -68,12 +70,13 @@ void Bridge::reconcile_task(const kube::ObjectPtr& task) {
     const auto finished = crd::timestamp_at(*task, {"status", "finishedAt"});
     const bool recent = finished && now() - *finished < std::chrono::minutes(10);
     if (auto topic = topics::dispatch(view.target_robot); topic && recent) {
+      const auto fence = fence_for(view.target_robot);
       memory.lost_stop_sent = true;
       metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "delete"}});
       spdlog::info("task {} ({}) lost on robot {}: stopping it there should it still run it", view.name, view.uid,
                    view.target_robot);
       const std::string uid = view.uid;
-      publish(topic.value(), dispatch_delete_payload(*task), [this, uid](bool ok) {
+      publish(topic.value(), dispatch_delete_payload(*task, fence ? fence->epoch : std::nullopt), [this, uid](bool ok) {
         if (auto found = task_memory_.find(uid); !ok && found != task_memory_.end())
           found->second.lost_stop_sent = false;  // sent again on the Task's next event
       });
@@ -116,10 +119,12 @@ void Bridge::schedule_resend(const std::string& uid, const std::string& name, st
 
 void Bridge::dispatch(const kube::ObjectPtr& task, bool resend) {
   const crd::TaskView view = crd::read_task(*task);
+  const auto fence = fence_for(view.target_robot);
+  if (!fence) return;  // its slot went to another replica (a resend timer's)
   // Its status.dispatchedAt and the message's timestamp, to the microsecond
   // both: the robot's heartbeats echo it once it has the Task.
   const Timestamp sent_at = dispatch_stamp(view.target_robot);
-  auto payload = dispatch_create_payload(*task, sent_at);
+  auto payload = dispatch_create_payload(*task, sent_at, std::nullopt, fence->epoch);
   if (!payload) {
     refuse("task " + view.name, payload.error(), view.target_robot, view.uid);
     // The operator learns why in the Task itself.
@@ -191,6 +196,8 @@ void Bridge::resync_robot(const std::string& robot_id) {
   // registering in a loop must not turn each register into a message per
   // Task. One that registers again sooner (an agent restarted at once, its
   // state perhaps wiped) is resynced when the interval is up, not skipped.
+  const auto fence = fence_for(robot_id);
+  if (!fence) return;  // its owner resyncs it
   RobotMemory& robot = robot_memory_[robot_id];
   const auto now = loop_.clock().steady();
   const auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(config_.dispatch_resend_after);
@@ -218,7 +225,7 @@ void Bridge::resync_robot(const std::string& robot_id) {
     if (memory != task_memory_.end() && memory->second.applied.seq &&
         (!reported || *memory->second.applied.seq > *reported))
       reported = memory->second.applied.seq;
-    auto payload = dispatch_create_payload(*task, stamp, reported);
+    auto payload = dispatch_create_payload(*task, stamp, reported, fence->epoch);
     auto topic = topics::dispatch(view.target_robot);
     if (!payload || !topic) continue;  // refused when it was first dispatched
     metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "resync"}});
@@ -251,11 +258,12 @@ void Bridge::stop_on_robot(const kube::ObjectPtr& task) {
   TaskMemory& memory = task_memory_[view.uid];
   if (memory.delete_timer) return;  // sent; waiting for the report or the resend
   auto topic = topics::dispatch(view.target_robot);
-  if (!topic) return;
+  const auto fence = fence_for(view.target_robot);
+  if (!topic || !fence) return;
   ++memory.delete_sends;
   metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "delete"}});
   spdlog::info("stopping task {} ({}) on robot {}", view.name, view.uid, view.target_robot);
-  publish(topic.value(), dispatch_delete_payload(*task));
+  publish(topic.value(), dispatch_delete_payload(*task, fence->epoch));
   const std::string uid = view.uid, name = view.name;
   memory.delete_timer = loop_.after(config_.dispatch_resend_after, [this, uid, name] {
     TaskMemory& waiting = task_memory_[uid];
@@ -282,6 +290,8 @@ void Bridge::release(const kube::ObjectPtr& task, const std::string& why) {
 }
 
 void Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running) {
+  const auto fence = fence_for(robot_id);
+  if (!fence) return;
   const auto steady_now = loop_.clock().steady();
   for (const std::string& uid : running) {
     const kube::ObjectPtr task = tasks_->get_by_uid(uid);
@@ -298,11 +308,12 @@ void Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vec
     metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "delete"}});
     spdlog::warn("robot {} still runs task {} ({}), which is {} in the API: stopping it there", robot_id, view.name,
                  uid, crd::to_string(*state));
-    publish(topic.value(), dispatch_delete_payload(*task));
+    publish(topic.value(), dispatch_delete_payload(*task, fence->epoch));
   }
 }
 
 void Bridge::on_robot_changed(const std::string& robot_id, bool deleted) {
+  if (!serves(robot_id)) return;  // its owner's
   if (deleted) {
     robot_memory_.erase(robot_id);
     forget_prefetch(robot_id);
@@ -322,8 +333,10 @@ void Bridge::on_task_deleted(const kube::ObjectPtr& task) {
     const auto state = memory.applied.state_or(view);
     // Gone without our finalizer (removed by force, or never added): a task
     // still running on its robot is stopped there all the same.
-    if (memory.dispatched && !memory.delete_sends && !(state && crd::is_terminal(*state)) && mqtt_connected_) {
-      if (auto topic = topics::dispatch(view.target_robot)) publish(topic.value(), dispatch_delete_payload(*task));
+    const auto fence = fence_for(view.target_robot);
+    if (memory.dispatched && !memory.delete_sends && !(state && crd::is_terminal(*state)) && mqtt_connected_ && fence) {
+      if (auto topic = topics::dispatch(view.target_robot))
+        publish(topic.value(), dispatch_delete_payload(*task, fence->epoch));
     }
     for (auto timer : {memory.resend_timer, memory.delete_timer}) {
       if (timer) loop_.cancel(timer);

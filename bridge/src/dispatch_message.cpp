@@ -27,7 +27,8 @@ json identity(const json& task) {
 }  // namespace
 
 Decision<std::string> dispatch_create_payload(const json& task, std::optional<Timestamp> sent_at,
-                                              std::optional<std::int64_t> reported_seq) {
+                                              std::optional<std::int64_t> reported_seq,
+                                              std::optional<std::int64_t> epoch) {
   const crd::TaskView view = crd::read_task(task);
   if (view.target_robot.empty()) return Refusal{"InvalidTask", "spec.targetRobot is not set"};
   json message = {{"action", "create"},
@@ -41,6 +42,7 @@ Decision<std::string> dispatch_create_payload(const json& task, std::optional<Ti
   // lost its state, and must say so rather than run it again.
   if (view.status_seq && (!reported_seq || *view.status_seq > *reported_seq)) reported_seq = view.status_seq;
   if (reported_seq) message["reportedSeq"] = *reported_seq;
+  if (epoch) message["epoch"] = *epoch;
   std::string payload = message.dump();
   // The agent's own codec: what it would refuse is refused here, in its words.
   if (auto checked = parse_dispatch(payload); !checked) {
@@ -49,8 +51,10 @@ Decision<std::string> dispatch_create_payload(const json& task, std::optional<Ti
   return payload;
 }
 
-std::string dispatch_delete_payload(const json& task) {
-  return json{{"action", "delete"}, {"task", {{"metadata", identity(task)}}}}.dump();
+std::string dispatch_delete_payload(const json& task, std::optional<std::int64_t> epoch) {
+  json message = {{"action", "delete"}, {"task", {{"metadata", identity(task)}}}};
+  if (epoch) message["epoch"] = *epoch;
+  return message.dump();
 }
 
 }  // namespace k8s4r::bridge

@@ -180,6 +180,7 @@ void KubeWriter::run() {
       }
       pending = std::move(found->second);
       pending_.erase(found);
+      in_flight_.emplace(*key, pending.object);
     }
     std::string error;
     bool permanent = false;
@@ -219,8 +220,21 @@ void KubeWriter::run() {
       }
       queue_.add_rate_limited(*key);
     }
+    {
+      std::lock_guard lock(mutex_);
+      in_flight_.erase(*key);
+    }
     queue_.done(*key);
   }
+}
+
+bool KubeWriter::any_pending(const std::function<bool(const ObjectRef&)>& matches) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [key, pending] : pending_)
+    if (!pending.is_event && matches(pending.object)) return true;
+  for (const auto& [key, object] : in_flight_)
+    if (matches(object)) return true;
+  return false;
 }
 
 }  // namespace k8s4r::bridge

@@ -507,6 +507,7 @@ Result<Dispatch> parse_dispatch(std::string_view payload) {
     });
     message.timestamp = r.optional_time("timestamp");
     message.reported_seq = r.optional_integer("reportedSeq", 1);
+    message.epoch = r.optional_integer("epoch", 1, kMaxEpochValue);
     return message;
   });
 }
@@ -635,6 +636,7 @@ Result<Ack> parse_ack(std::string_view payload) {
     message.heartbeat = r.optional_time("heartbeat");
     message.timestamp = r.optional_time("timestamp");
     message.resend_artifacts = r.optional_bool("resendArtifacts").value_or(false);
+    message.epoch = r.optional_integer("epoch", 1, kMaxEpochValue);
     return message;
   });
 }
@@ -753,6 +755,7 @@ json to_json_value(const Dispatch& message) {
   json j = {{"action", to_string(message.action)}, {"task", std::move(task)}};
   put_time(j, "timestamp", message.timestamp);
   put_optional(j, "reportedSeq", message.reported_seq);
+  put_optional(j, "epoch", message.epoch);
   return j;
 }
 
@@ -788,6 +791,7 @@ json to_json_value(const Ack& message) {
   put_time(j, "heartbeat", message.heartbeat);
   put_time(j, "timestamp", message.timestamp);
   if (message.resend_artifacts) j["resendArtifacts"] = true;
+  put_optional(j, "epoch", message.epoch);
   return j;
 }
 

@@ -21,11 +21,11 @@ BRIDGE_USER = "system:serviceaccount:default:k8s4r-bridge"
 
 
 def apply_rbac(sim, directory, account):
-    """The ServiceAccount, Role and RoleBinding of a deploy/ directory, as kustomize renders them (the stand-in has
-    no Deployments, so that one is left out), and a kubeconfig with a token of that ServiceAccount."""
+    """The ServiceAccount, Roles and RoleBindings of a deploy/ directory, as kustomize renders them (the stand-in has
+    no Deployments or StatefulSets, so those are left out), and a kubeconfig with a token of that ServiceAccount."""
     rendered = subprocess.run(["kubectl", "kustomize", str(directory)], check=True, capture_output=True,
                               text=True).stdout
-    documents = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] != "Deployment"]
+    documents = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] not in ("Deployment", "StatefulSet")]
     assert {d["kind"] for d in documents} == {"ServiceAccount", "Role", "RoleBinding"}
     sim.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}))
     token = sim.kubectl("create", "token", account).stdout.strip()

@@ -3,6 +3,7 @@
 #include "k8s4r/common/duration.h"
 #include "k8s4r/common/identifiers.h"
 #include "k8s4r/daemon/config_loader.h"
+#include "k8s4r/kube/leader_election.h"
 
 namespace k8s4r::manager {
 
@@ -93,18 +94,10 @@ ManagerConfigOutcome parse_manager_config(const std::vector<std::string>& args,
                                 K8S4R_VERSION, default_config_file};
   const auto outcome =
       daemon::load_settings(program, settings(config), args, env, [&](std::vector<std::string>& errors) {
-        // client-go's checks (leaderelection.NewLeaderElector), so a leader stops acting before another
-        // may take the Lease over.
-        if (config.lease_duration <= config.renew_deadline) {
-          errors.push_back("leader-election-lease-duration (" + format_go_duration(config.lease_duration) +
-                           ") must be longer than leader-election-renew-deadline (" +
-                           format_go_duration(config.renew_deadline) + ")");
-        }
-        if (config.renew_deadline <= config.retry_period * 12 / 10) {
-          errors.push_back("leader-election-renew-deadline (" + format_go_duration(config.renew_deadline) +
-                           ") must be longer than 1.2 x leader-election-retry-period (" +
-                           format_go_duration(config.retry_period) + ")");
-        }
+        // A leader stops acting before another may take the Lease over.
+        for (std::string& error : kube::lease_timing_errors("leader-election-", config.lease_duration,
+                                                            config.renew_deadline, config.retry_period))
+          errors.push_back(std::move(error));
       });
   if (!outcome.run) return {std::nullopt, outcome.output, outcome.exit_code};
   config.config_file = outcome.config_file;

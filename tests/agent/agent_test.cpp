@@ -805,6 +805,54 @@ TEST_F(AgentTest, ACreateThatArrivesAfterItsOwnDeleteNeverRuns) {
   EXPECT_GT(*reports[1].seq, *reports[0].seq);
 }
 
+TEST_F(AgentTest, ADispatchFromAReplicaThatLostTheRobotsSlotIsRefusedAndTheNewestEpochSurvivesARestart) {
+  connect();
+  const auto send = [&](const std::string& action, const std::string& uid, std::int64_t epoch) {
+    const std::string spec =
+        action == "create"
+            ? R"(,"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task","spec":{"name":"t","driver":"exec","config":{"execConfig":{"command":"/bin/true"}}})"
+            : "";
+    link_->events.message("k8s4r/robots/robot-1/tasks/dispatch",
+                          R"({"action":")" + action + R"(","epoch":)" + std::to_string(epoch) +
+                              R"(,"task":{"metadata":{"name":"t","uid":")" + uid + R"("})" + spec + "}}");
+    settle();
+  };
+  send("create", "t-new", 200);
+  ASSERT_EQ(runner_->starts.size(), 1u);
+  runner_->start_ok("t-new");
+  settle();
+
+  // A replica that lost the slot (epoch 100 < 200) can neither start a task
+  // nor stop one, and is not answered: no report for what it sent.
+  send("create", "t-stale", 100);
+  send("delete", "t-new", 150);
+  EXPECT_EQ(runner_->starts.size(), 1u);
+  EXPECT_TRUE(runner_->stops.empty());
+  EXPECT_TRUE(reports_for("t-stale").empty());
+
+  // The new owner's epoch arrives on an Ack before any dispatch of its own.
+  Ack ack;
+  ack.robot_id = "robot-1";
+  ack.epoch = 300;
+  send_ack(ack);
+  send("create", "t-250", 250);
+  EXPECT_EQ(runner_->starts.size(), 1u);
+  // A dispatch with no epoch (a single bridge, Go K8s4r) is never refused for it.
+  dispatch("t-plain");
+  EXPECT_EQ(runner_->starts.size(), 2u);
+
+  // Durable: a restarted agent refuses what is older still.
+  advance(1s);
+  EXPECT_TRUE(state_log_mentions(R"("epoch":300)"));
+  make_agent();
+  connect();
+  const std::size_t before = runner_->starts.size();
+  send("create", "t-299", 299);
+  EXPECT_EQ(runner_->starts.size(), before);
+  send("create", "t-300", 300);
+  EXPECT_EQ(runner_->starts.size(), before + 1);
+}
+
 TEST_F(AgentTest, ATaskThisRobotReportedOnAndHasNoRecordOfIsNeverRunAgain) {
   // The work dir was wiped (or restored from an older copy): the bridge sends
   // the robot's running Task again when it registers, with the seq of the

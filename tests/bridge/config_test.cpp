@@ -39,5 +39,31 @@ TEST(BridgeConfig, HelpNamesTheProgramAndEachType) {
   }
 }
 
+TEST(BridgeConfig, AReplicaHasItsOwnSessionAndLeaseTimingsThatLetItStopBeforeAnotherTakesOver) {
+  auto outcome = parse({});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_TRUE(outcome.config->replica_id.empty());  // one bridge, every robot
+  EXPECT_EQ(outcome.config->mqtt_client_id(), "k8s4r-bridge");
+  outcome = parse({"--replica-id", "bridge-1"});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_EQ(outcome.config->mqtt_client_id(), "k8s4r-bridge-bridge-1");
+
+  for (const char* bad : {"Bridge-1", "a/b", "a+b", "a#b"}) {
+    outcome = parse({"--replica-id", bad});
+    EXPECT_FALSE(outcome.config) << bad;
+    EXPECT_NE(outcome.output.find("replica-id"), std::string::npos) << outcome.output;
+  }
+  // Every error at once.
+  outcome = parse({"--replica-id", "bridge-1", "--replica-lease-duration", "5s", "--replica-renew-deadline", "5s",
+                   "--replica-retry-period", "5s", "--dynamic-security", "--mqtt-username", "bridge"});
+  ASSERT_FALSE(outcome.config);
+  for (const char* said :
+       {"replica-lease-duration (5s, in whole seconds) must be longer than replica-renew-deadline (5s)",
+        "replica-renew-deadline (5s) must be longer than 1.2 x replica-retry-period (5s)",
+        "dynamic-security is for one bridge"}) {
+    EXPECT_NE(outcome.output.find(said), std::string::npos) << said << "\n" << outcome.output;
+  }
+}
+
 }  // namespace
 }  // namespace k8s4r::bridge

@@ -1,5 +1,6 @@
 #include "k8s4r/kube/leader_election.h"
 
+#include "k8s4r/common/duration.h"
 #include "k8s4r/common/rfc3339.h"
 
 #include <spdlog/spdlog.h>
@@ -29,10 +30,33 @@ ClientConfig lease_client_config(ClientConfig base, std::chrono::nanoseconds ret
   return base;
 }
 
+std::vector<std::string> lease_timing_errors(const std::string& prefix, std::chrono::nanoseconds lease_duration,
+                                             std::chrono::nanoseconds renew_deadline,
+                                             std::chrono::nanoseconds retry_period) {
+  std::vector<std::string> errors;
+  // Written as whole seconds (leaseDurationSeconds), which is what others judge by.
+  if (std::chrono::seconds(whole_seconds(lease_duration)) <= renew_deadline) {
+    errors.push_back(prefix + "lease-duration (" + format_go_duration(lease_duration) +
+                     ", in whole seconds) must be longer than " + prefix + "renew-deadline (" +
+                     format_go_duration(renew_deadline) + ")");
+  }
+  if (renew_deadline <= retry_period * 12 / 10) {
+    errors.push_back(prefix + "renew-deadline (" + format_go_duration(renew_deadline) + ") must be longer than 1.2 x " +
+                     prefix + "retry-period (" + format_go_duration(retry_period) + ")");
+  }
+  return errors;
+}
+
 LeaderElector::LeaderElector(Client& client, LeaderElectionConfig config, const Clock& clock)
     : client_(client), config_(std::move(config)), clock_(clock) {}
 
 LeaderElector::~LeaderElector() { stop(); }
+
+bool LeaderElector::renewed_within(std::chrono::nanoseconds deadline) const {
+  if (!leading_) return false;
+  const SteadyTime renewed{SteadyTime::duration(renewed_at_.load())};
+  return clock_.steady() - renewed < deadline;
+}
 
 void LeaderElector::start() {
   spdlog::info("leader election: campaigning for Lease {}/{} as {}", config_.namespace_, config_.name,
@@ -63,6 +87,7 @@ void LeaderElector::run() {
   if (stopping_) return;
   leading_ = true;
   last_renewed_ = acquired_at_;
+  renewed_at_ = acquired_at_.time_since_epoch().count();
   spdlog::info("leader election: {} is the leader", config_.identity);
   if (config_.on_started_leading) config_.on_started_leading();
   // Lead until a renewal cannot be made within the renew deadline.
@@ -73,6 +98,7 @@ void LeaderElector::run() {
     const auto attempted = clock_.steady();
     if (try_acquire_or_renew() == Attempt::acquired) {
       last_renewed_ = attempted;
+      renewed_at_ = attempted.time_since_epoch().count();
       continue;
     }
     ++failed_renewals_;

@@ -101,6 +101,11 @@ class StateStore {
   // its state was lost, which the bridge tells it (Dispatch.reportedSeq).
   // Durable with the next report, whose seq is above it.
   void raise_last_seq(std::int64_t seq) { last_seq_ = std::max(last_seq_, seq); }
+  // The newest bridge epoch this robot has seen (Dispatch::epoch, Ack::epoch):
+  // a dispatch below it comes from a replica that no longer serves the
+  // robot. Raising it stages a record (durable at the next commit).
+  std::int64_t epoch() const { return epoch_; }
+  void raise_epoch(std::int64_t epoch);
   // The agent's run clock as last recorded: how long agents have run on this
   // work dir, summed over restarts. Retention is measured on it, not on the
   // wall clock, which a robot may set late or change; time the agent was
@@ -171,6 +176,7 @@ class StateStore {
   std::map<std::string, std::set<std::uint64_t>> reports_by_task_;  // the ids queued for each task
   std::size_t finished_ = 0;                                        // tasks_ with finished_order != 0
   std::int64_t last_seq_ = 0;
+  std::int64_t epoch_ = 0;
   std::chrono::nanoseconds clock_{0};
   std::uint64_t next_report_id_ = 1;
   std::uint64_t first_uncommitted_report_ = 1;  // reports from this id on are staged only

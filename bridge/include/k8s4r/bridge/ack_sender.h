@@ -33,8 +33,11 @@ class AckSender {
   static constexpr std::chrono::milliseconds kDelay{20};
   static constexpr double kMaxRefusalsPerSecond = 500;
   using Publish = std::function<void(const std::string& topic, const std::string& payload)>;
+  // The epoch each Ack to a robot carries (Ack::epoch); none when unset.
+  using EpochOf = std::function<std::optional<std::int64_t>(const std::string& robot_id)>;
 
-  AckSender(daemon::EventLoop& loop, Publish publish) : loop_(loop), publish_(std::move(publish)) {}
+  AckSender(daemon::EventLoop& loop, Publish publish, EpochOf epoch_of = {})
+      : loop_(loop), publish_(std::move(publish)), epoch_of_(std::move(epoch_of)) {}
   ~AckSender() { loop_.cancel(timer_); }
   AckSender(const AckSender&) = delete;
   AckSender& operator=(const AckSender&) = delete;
@@ -60,6 +63,7 @@ class AckSender {
 
   daemon::EventLoop& loop_;
   Publish publish_;
+  EpochOf epoch_of_;
   std::map<std::string, Waiting> waiting_;
   daemon::EventLoop::TimerId timer_ = 0;
   TokenBucket refusals_{kMaxRefusalsPerSecond};

@@ -15,6 +15,10 @@
 //                   Task being deleted is stopped on its robot, and released
 //                   (finalizer removed) once it stopped, never started, or
 //                   its robot is gone;
+//   ownership       with --replica-id, only the robots of the slots the
+//                   slot table gives this replica are served: their
+//                   messages handled, their Tasks dispatched (with the
+//                   slot's epoch), the rest left to their owners;
 //   broker_identities  with --dynamic-security, each robot's Secret made its
 //                   broker login, confined to its own topics, and removed
 //                   (the robot disconnected) when the Secret goes, and
@@ -37,6 +41,7 @@
 #include "k8s4r/bridge/new_robot_gate.h"
 #include "k8s4r/bridge/refusal_log.h"
 #include "k8s4r/bridge/robot_patches.h"
+#include "k8s4r/bridge/slot_coordinator.h"
 #include "k8s4r/bridge/task_patches.h"
 #include "k8s4r/bridge/token_bucket.h"
 #include "k8s4r/common/messages.h"
@@ -61,6 +66,9 @@ namespace k8s4r::bridge {
 struct BridgeHooks {
   std::function<void(const std::string&)> notify;  // sd_notify
   std::optional<std::chrono::microseconds> watchdog_interval;
+  // A replica that could not renew its Lease: it serves nothing any more, and
+  // should end (main exits). Default: shutdown().
+  std::function<void()> on_lost_lease;
 };
 
 class Bridge {
@@ -186,6 +194,24 @@ class Bridge {
   void stop_on_robot(const kube::ObjectPtr& task);
   bool robot_gone(const std::string& robot_id) const;
   void release(const kube::ObjectPtr& task, const std::string& why);
+  // ownership.cpp: the robots this bridge serves (docs/bridge.md#replicas).
+  struct Fence {
+    std::optional<std::int64_t> epoch;  // none from a single bridge
+  };
+  // A single bridge serves every robot; a replica, the robots of its slots.
+  bool serves(const std::string& robot_id) const;
+  // What its messages to the robot carry; nothing when it does not serve it.
+  std::optional<Fence> fence_for(const std::string& robot_id) const;
+  std::optional<std::int64_t> epoch_for(const std::string& robot_id) const;
+  // The coordinator's thread: returns once the loop serves exactly `slots`.
+  bool serve_from_coordinator(const ServedSlots& slots);
+  // The coordinator's thread: no write to these slots' Robots and Tasks is
+  // waiting or under way (a hand-over waits for it).
+  bool drained(const std::vector<bool>& slots) const;
+  // Slots lost: heartbeats waiting for their slot written now, memory and
+  // timers dropped. Slots gained: their Tasks reconciled (dispatched under
+  // the new epoch), their robots' artifact lists published.
+  void serve_slots(const ServedSlots& slots);
   // broker_identities.cpp
   std::optional<dynsec::Desired> desired_identity(const std::string& robot_id) const;
   void identities_on_connected();
@@ -211,6 +237,12 @@ class Bridge {
   std::unique_ptr<KubeWriter> writer_;
   std::unique_ptr<mqtt::Link> link_;
   std::unique_ptr<AckSender> acks_;
+  // With --replica-id: the coordinator, its own client (one attempt per
+  // request), and the slots served now (the loop's; epoch per slot, 0: not).
+  std::unique_ptr<kube::Client> lease_client_;
+  std::unique_ptr<SlotCoordinator> coordinator_;
+  ServedSlots served_ = ServedSlots(kSlots, 0);
+  std::atomic<bool> leaving_{false};  // shutting down: the coordinator waits for the loop no more
 
   // Messages between Paho's thread and the loop: at most this many wait, so
   // a burst waits in the broker, not in the bridge's heap.

@@ -37,6 +37,15 @@ struct BridgeConfig {
   // robot disconnected at once) when the Secret goes or the Robot is
   // Rejected (docs/security.md). Needs mqtt-username and reading Secrets.
   bool dynamic_security = false;
+  // replica-id: this bridge's identity among replicas sharing the fleet
+  // (docs/bridge.md#replicas). Empty: one bridge serves every robot, with no
+  // Lease or slot table. Set: it serves only the slots the table
+  // k8s4r-bridge-slots gives it, its MQTT client id is client-id + "-" +
+  // replica-id, and each dispatch carries its slot's epoch.
+  std::string replica_id;
+  std::chrono::nanoseconds replica_lease_duration = std::chrono::seconds(15);  // replica-lease-duration
+  std::chrono::nanoseconds replica_renew_deadline = std::chrono::seconds(10);  // replica-renew-deadline
+  std::chrono::nanoseconds replica_retry_period = std::chrono::seconds(2);     // replica-retry-period
   std::size_t kube_writers = 4;  // kube-writers: threads writing to the API server
   // max-unapproved-robots: no Robot is created for a new robot while this
   // many wait for approval (Pending or Rejected); new-robots-per-second: at
@@ -46,6 +55,9 @@ struct BridgeConfig {
   std::size_t new_robots_per_second = 100;
   std::string log_level = "info";
   std::string config_file;
+
+  // The MQTT client id it connects with: client-id, and -replica-id when set.
+  std::string mqtt_client_id() const { return replica_id.empty() ? client_id : client_id + "-" + replica_id; }
 };
 
 struct BridgeConfigOutcome {

@@ -23,7 +23,10 @@ namespace k8s4r::bridge {
 // `reported_seq` when that is higher (a report the cache does not show yet).
 Decision<std::string> dispatch_create_payload(const nlohmann::json& task,
                                               std::optional<Timestamp> sent_at = std::nullopt,
-                                              std::optional<std::int64_t> reported_seq = std::nullopt);
-std::string dispatch_delete_payload(const nlohmann::json& task);
+                                              std::optional<std::int64_t> reported_seq = std::nullopt,
+                                              std::optional<std::int64_t> epoch = std::nullopt);
+// `epoch` (both): the sending replica's epoch for the robot's slot, which the
+// agent checks (docs/protocol.md#dispatch); none from a single bridge.
+std::string dispatch_delete_payload(const nlohmann::json& task, std::optional<std::int64_t> epoch = std::nullopt);
 
 }  // namespace k8s4r::bridge

@@ -73,6 +73,10 @@ class KubeWriter {
   // (they are read back from the resources and MQTT after a restart).
   void stop();
   kube::WorkQueueMetrics queue_metrics() const { return queue_.metrics(); }
+  // Whether a write to an object `matches` picks is waiting or under way: a
+  // replica hands a slot over only once its own writes to the slot's
+  // objects are in, so none lands after the new owner's.
+  bool any_pending(const std::function<bool(const ObjectRef&)>& matches) const;
 
  private:
   // Documents wait packed: a reconnect storm leaves a pending write for each
@@ -100,6 +104,7 @@ class KubeWriter {
   kube::WorkQueue queue_;
   mutable std::mutex mutex_;
   std::map<std::string, Pending> pending_;
+  std::map<std::string, ObjectRef> in_flight_;  // taken by a writer thread, not yet done
   std::vector<std::thread> threads_;
 };
 

@@ -286,6 +286,11 @@ struct Dispatch {
   // agent with no record of the task lost its state: it says so, and never
   // runs the task again.
   std::optional<std::int64_t> reported_seq;
+  // The sending bridge replica's epoch for the robot's slot (docs/bridge.md
+  // #replicas): an agent refuses a dispatch whose epoch is below the newest
+  // it has seen, so a replica that lost the slot cannot act. Absent from a
+  // single bridge and from Go K8s4r: never refused for that.
+  std::optional<std::int64_t> epoch;
   bool operator==(const Dispatch&) const = default;
 };
 
@@ -365,8 +370,13 @@ struct Ack {
   // The Robot does not hold the artifacts fingerprint the robot's heartbeat
   // says (the bridge lost the list it carried): send the list again.
   bool resend_artifacts = false;
+  // The epoch of the replica that owns the robot's slot (Dispatch::epoch):
+  // how a robot learns of a new owner before its first dispatch.
+  std::optional<std::int64_t> epoch;
   bool operator==(const Ack&) const = default;
 };
+// Epochs are JSON-safe integers from 1 to 2^53.
+inline constexpr std::int64_t kMaxEpochValue = std::int64_t{1} << 53;
 // At most this many reports in one Ack (about 100 bytes each).
 inline constexpr std::size_t kMaxAcksPerMessage = 1000;
 

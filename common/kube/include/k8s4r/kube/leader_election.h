@@ -36,6 +36,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace k8s4r::kube {
 
@@ -57,6 +58,14 @@ struct LeaderElectionConfig {
 // elector bounds each try by its renew deadline.
 ClientConfig lease_client_config(ClientConfig base, std::chrono::nanoseconds retry_period);
 
+// client-go's checks (leaderelection.NewLeaderElector), so a holder stops
+// acting before another may take its Lease over: lease duration > renew
+// deadline > 1.2 x retry period. Each error names the settings as
+// `prefix` + "lease-duration", "renew-deadline", "retry-period".
+std::vector<std::string> lease_timing_errors(const std::string& prefix, std::chrono::nanoseconds lease_duration,
+                                             std::chrono::nanoseconds renew_deadline,
+                                             std::chrono::nanoseconds retry_period);
+
 class LeaderElector {
  public:
   // Times (renew deadline, lease expiry, the Lease's own times) come from `clock`.
@@ -72,6 +81,11 @@ class LeaderElector {
   // stop(), then, when leading, gives the Lease up.
   void release();
   bool leading() const { return leading_; }
+  // Leading, and the Lease renewed (counted from before its request) less
+  // than `deadline` ago, by this clock now: what a holder checks before each
+  // act, so it stops acting at its renew deadline even while a renewal
+  // request is still under way (the elector notices only once it returns).
+  bool renewed_within(std::chrono::nanoseconds deadline) const;
   // Leases this elector took (0 or 1) and renewals that failed: for metrics.
   std::uint64_t failed_renewals() const { return failed_renewals_; }
 
@@ -90,6 +104,7 @@ class LeaderElector {
   std::string observed_record_, observed_version_, observed_holder_;
   SteadyTime observed_at_{};
   SteadyTime last_renewed_{}, acquired_at_{};
+  std::atomic<SteadyTime::rep> renewed_at_{0};  // last_renewed_, for renewed_within() from any thread
   std::mutex mutex_;
   std::condition_variable wake_;
   std::thread thread_;

@@ -1,0 +1,271 @@
+"""Bridge replicas sharing the fleet (docs/bridge.md#replicas): three real k8s4r-bridge processes with --replica-id,
+real agents, a real Mosquitto and the stand-in enforcing deploy/bridge-replicas' Role. Judged by side effects: each
+task appends a line to its own file, so a task run twice shows as two lines whatever the statuses say."""
+import json
+import pathlib
+import re
+import time
+
+import pytest
+
+from bridge_support import AgentProcess, BridgeProcess, apply_rbac, create_task, dispatch, get
+from conftest import Observer, wait_until
+
+DEPLOY_REPLICAS = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "bridge-replicas"
+LEASE_SECONDS = 4
+REPLICA = ["--replica-lease-duration", f"{LEASE_SECONDS}s", "--replica-renew-deadline", "3s",
+           "--replica-retry-period", "500ms", "--heartbeat-write-interval", "3s", "--dispatch-resend-after", "2s",
+           "--heartbeat-ack-interval", "500ms"]
+SLOTS = 1024
+M64 = (1 << 64) - 1
+
+
+def _fnv1a(text):
+    h = 0xcbf29ce484222325
+    for byte in text.encode():
+        h = ((h ^ byte) * 0x100000001b3) & M64
+    return h
+
+
+def _mix(x):
+    x ^= x >> 33
+    x = (x * 0xff51afd7ed558ccd) & M64
+    x ^= x >> 33
+    x = (x * 0xc4ceb9fe1a85ec53) & M64
+    x ^= x >> 33
+    return x
+
+
+def slot_of(robot):
+    """common/slots.h's slot_of, pinned there by robot-1 -> 303."""
+    return _mix(_fnv1a(robot)) % SLOTS
+
+
+def owner_among(slot, members):
+    """common/slots.h's rendezvous owner of a slot among replicas."""
+    return max(sorted(members), key=lambda m: _mix(_fnv1a(m) ^ ((0x9e3779b97f4a7c15 * (slot + 1)) & M64)))
+
+
+def test_python_hash_is_the_bridges():
+    assert [slot_of(r) for r in ("robot-1", "robot-001", "warehouse-7-amr-42")] == [303, 330, 415]
+
+
+def slot_table(sim):
+    """The ConfigMap k8s4r-bridge-slots as an operator reads it: {slot: (owner, epoch, next)}, and its members."""
+    found = get(sim, "configmap", "k8s4r-bridge-slots")
+    if not found:
+        return {}, []
+    table = {}
+    for line in found["data"]["slots"].splitlines():
+        parts = line.split()
+        table[int(parts[0])] = (parts[1], int(parts[2]), parts[4] if len(parts) == 5 else "")
+    return table, [m for m in found["data"].get("members", "").split(",") if m]
+
+
+def settled(sim, members):
+    """Every slot owned by one of `members`, as rendezvous hashing over them says, none being handed over."""
+    table, listed = slot_table(sim)
+    return (sorted(listed) == sorted(members) and len(table) == SLOTS and
+            all(owner == owner_among(slot, members) and not nxt for slot, (owner, _, nxt) in table.items()))
+
+
+@pytest.fixture
+def sim(kube_sim, tls_files):
+    started = kube_sim("--authorization-mode=RBAC", token="admin-token", tls=tls_files)
+    started.apply_crds()
+    started.bridge_kubeconfig = apply_rbac(started, DEPLOY_REPLICAS, "k8s4r-bridge")
+    return started
+
+
+@pytest.fixture
+def replicas(tmp_path, broker, sim):
+    made = {}
+
+    def start(name):
+        made[name] = BridgeProcess(tmp_path / name, broker, sim, ["--replica-id", name, *REPLICA]).start()
+        return made[name]
+    yield start, made
+    for replica in made.values():
+        replica.stop()
+    # Under deploy/bridge-replicas' Roles, nothing a replica tried was forbidden.
+    for name, replica in made.items():
+        assert "Forbidden" not in replica.log_text(), name
+
+
+@pytest.fixture
+def agents(tmp_path, broker):
+    made = []
+
+    def start(robot):
+        agent = AgentProcess(broker, tmp_path / f"work-{robot}", robot, ["--token", f"token-{robot}"]).start()
+        made.append(agent)
+        return agent
+    yield start
+    for agent in made:
+        agent.cleanup()
+
+
+def robots_per_owner(members, count, owners=None):
+    """`count` robot ids for each replica of `owners` (default: all), by where their slots fall among `members`."""
+    wanted = {m: [] for m in (owners or members)}
+    for n in range(1, 10_000):
+        robot = f"robot-{n}"
+        owner = owner_among(slot_of(robot), members)
+        if owner in wanted and len(wanted[owner]) < count:
+            wanted[owner].append(robot)
+        if all(len(r) == count for r in wanted.values()):
+            return wanted
+    raise AssertionError("not enough robots")
+
+
+def start_tasks(sim, tmp_path, robots, per_robot, seconds):
+    """Tasks that each append their name to their own file, after `seconds`; returns {task: file}."""
+    made = {}
+    for robot in robots:
+        for n in range(per_robot):
+            name = f"{robot}-t{n}"
+            out = tmp_path / "ran" / name
+            out.parent.mkdir(exist_ok=True)
+            create_task(sim, name, f"sleep {seconds}; echo {name} >> {out}", robot=robot)
+            dispatch(sim, name)
+            made[name] = out
+    return made
+
+
+def all_completed(sim, names):
+    listed = json.loads(sim.kubectl("get", "rtask", "-o", "json").stdout)["items"]
+    states = {t["metadata"]["name"]: t.get("status", {}).get("state") for t in listed}
+    return all(states.get(name) == "completed" for name in names)
+
+
+def assert_each_ran_once(sim, tasks):
+    for name, out in tasks.items():
+        assert out.exists(), f"task {name} never ran"
+        assert out.read_text().splitlines() == [name], f"task {name} ran {len(out.read_text().splitlines())} times"
+        task = get(sim, "rtask", name)
+        assert task["status"]["state"] == "completed" and task["status"].get("exitCode") == 0, task["status"]
+
+
+def test_three_replicas_share_the_slots_and_each_serves_only_its_robots(tmp_path, sim, replicas, agents):
+    start, made = replicas
+    members = ["bridge-0", "bridge-1", "bridge-2"]
+    for name in members:
+        start(name)
+    wait_until(lambda: settled(sim, members), 20, "the slot table to share every slot among the three")
+    served = {}
+
+    def serving():  # each replica serves what the table gives it (within a poll of the table)
+        served.update({name: made[name].metric("k8s4r_bridge_slots_served") for name in members})
+        return sum(served.values()) == SLOTS
+    wait_until(serving, 5, "each replica to serve its share")
+    assert all(250 < n < 450 for n in served.values()), served
+
+    chosen = robots_per_owner(members, 2)
+    robots = [r for group in chosen.values() for r in group]
+    for robot in robots:
+        agents(robot)
+    wait_until(lambda: all(get(sim, "robot", r) for r in robots), 20, "every Robot to appear")
+    tasks = start_tasks(sim, tmp_path, robots, 3, 0)
+    wait_until(lambda: all_completed(sim, tasks), 40, "every task to complete")
+    assert_each_ran_once(sim, tasks)
+    # Each replica dispatched its own robots' tasks, and only those.
+    for name in members:
+        assert made[name].metric("k8s4r_bridge_dispatches_total", action="create") >= 6, name
+        log = made[name].log_text()
+        for robot in robots:
+            dispatched = re.search(rf"to robot {robot}$", log, re.M) is not None
+            assert dispatched == (robot in chosen[name]), (name, robot)
+    # The other replicas dropped what they do not serve, unread.
+    assert all(made[name].metric("k8s4r_bridge_messages_not_served_total") > 0 for name in members)
+
+
+def test_a_replica_killed_under_load_is_taken_over_and_its_stale_dispatches_are_refused(tmp_path, sim, replicas,
+                                                                                           agents, broker):
+    start, made = replicas
+    members = ["bridge-0", "bridge-1", "bridge-2"]
+    for name in members:
+        start(name)
+    wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
+    chosen = robots_per_owner(members, 2)
+    robots = [r for group in chosen.values() for r in group]
+    watcher = Observer(broker, ("k8s4r/robots/+/tasks/dispatch", "k8s4r/robots/+/acks"))
+    try:
+        started = {robot: agents(robot) for robot in robots}
+        wait_until(lambda: all(get(sim, "robot", r) for r in robots), 20, "every Robot to appear")
+        tasks = start_tasks(sim, tmp_path, robots, 4, 2)
+        victim, victim_robot = "bridge-1", chosen["bridge-1"][0]
+        stale = watcher.wait_for(f"k8s4r/robots/{victim_robot}/tasks/dispatch",
+                                 lambda m: m["action"] == "create", 20)
+        old_epoch = stale["epoch"]
+
+        # kill -9 while its robots' tasks are dispatched and running.
+        made[victim].kill9()
+        killed_at = time.monotonic()
+        survivors = ["bridge-0", "bridge-2"]
+        wait_until(lambda: settled(sim, survivors), LEASE_SECONDS + 6, "the survivors to take its slots over")
+        took = time.monotonic() - killed_at
+        assert took < LEASE_SECONDS + 4, took
+        table, _ = slot_table(sim)
+        new_epoch = table[slot_of(victim_robot)][1]
+        assert new_epoch > old_epoch
+
+        wait_until(lambda: all_completed(sim, tasks), 60, "every task to complete")
+        assert_each_ran_once(sim, tasks)
+
+        # The robot heard of its slot's new owner (an Ack carries the epoch) ...
+        watcher.wait_for(f"k8s4r/robots/{victim_robot}/acks", lambda m: m.get("epoch", 0) >= new_epoch, 10)
+        # ... and keeps it (its state file says so) ...
+        def epoch_kept():
+            state = started[victim_robot].work_dir / "state.log"
+            records = [json.loads(line.split("\t", 1)[1]) for line in state.read_text().splitlines()]
+            return any(r.get("epoch", 0) >= new_epoch for r in records)
+        wait_until(epoch_kept, 10, "the agent to keep the new epoch")
+        # ... so what the dead replica sent, replayed, changes nothing: a task it never had is not started ...
+        marker = tmp_path / "stale-ran"
+        stale["task"]["metadata"]["uid"] = "0a0a0a0a-0000-4000-8000-00000000beef"
+        stale["task"]["spec"]["config"]["execConfig"]["args"] = ["-c", f"touch {marker}"]
+        watcher.publish(f"k8s4r/robots/{victim_robot}/tasks/dispatch", json.dumps(stale))
+        wait_until(lambda: "refused a create of task 0a0a0a0a-0000-4000-8000-00000000beef" in
+                   started[victim_robot].log_text(), 10, "the agent to refuse the stale dispatch")
+        # ... while the same message under the new owner's epoch runs (the replay itself reaches the robot).
+        fresh = dict(stale, epoch=new_epoch)
+        fresh["task"] = json.loads(json.dumps(stale["task"]))
+        fresh["task"]["metadata"]["uid"] = "0a0a0a0a-0000-4000-8000-00000000f00d"
+        fresh_marker = tmp_path / "fresh-ran"
+        fresh["task"]["spec"]["config"]["execConfig"]["args"] = ["-c", f"touch {fresh_marker}"]
+        watcher.publish(f"k8s4r/robots/{victim_robot}/tasks/dispatch", json.dumps(fresh))
+        wait_until(fresh_marker.exists, 10, "the current owner's dispatch to run")
+        assert not marker.exists()
+    finally:
+        watcher.close()
+
+
+def test_a_replica_added_later_takes_a_share_without_a_task_running_twice(tmp_path, sim, replicas, agents):
+    start, made = replicas
+    for name in ("bridge-0", "bridge-1"):
+        start(name)
+    wait_until(lambda: settled(sim, ["bridge-0", "bridge-1"]), 20, "the slot table to settle on two")
+    members = ["bridge-0", "bridge-1", "bridge-2"]
+    # Two robots whose slots will move to the newcomer, and two of each other replica's that stay.
+    chosen = robots_per_owner(members, 2)
+    robots = [r for group in chosen.values() for r in group]
+    for robot in robots:
+        agents(robot)
+    wait_until(lambda: all(get(sim, "robot", r) for r in robots), 20, "every Robot to appear")
+    tasks = start_tasks(sim, tmp_path, robots, 3, 2)
+    # While they run, and some are still being dispatched, a third replica joins.
+    start("bridge-2")
+    wait_until(lambda: settled(sim, members), 20, "the newcomer to take its share")
+    wait_until(lambda: made["bridge-2"].metric("k8s4r_bridge_slots_served") > 250, 5, "the newcomer to serve them")
+    # Work that comes after goes out from the newcomer for its robots, and from nobody else.
+    later = {}
+    for robot in robots:
+        name = f"{robot}-later"
+        later[name] = tmp_path / "ran" / name
+        create_task(sim, name, f"echo {name} >> {later[name]}", robot=robot)
+        dispatch(sim, name)
+    wait_until(lambda: all_completed(sim, {**tasks, **later}), 60, "every task to complete")
+    assert_each_ran_once(sim, {**tasks, **later})
+    for robot in robots:
+        senders = [n for n in members if f"dispatching task {robot}-later " in made[n].log_text()]
+        assert senders == [owner_among(slot_of(robot), members)], (robot, senders)
