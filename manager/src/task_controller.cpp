@@ -51,19 +51,9 @@ Manager::Outcome Manager::reconcile_task(const std::string& key) {
   // placed Task is (common/slots.h), so the bridge replica of that slot sees it.
   std::string version = crd::string_at(*task, {"metadata", "resourceVersion"});
   if (plan.status->value("state", "") == "dispatching") {
-    const std::string slot = std::to_string(slot_of(view.target_robot));
-    if (crd::string_at(*task, {"metadata", "labels", kSlotLabel.data()}) != slot) {
-      // Conditional too: the labelled version is then the judged one plus the label.
-      const json labels = {{"metadata", {{"resourceVersion", version}, {"labels", {{std::string(kSlotLabel), slot}}}}}};
-      if (auto labelled = counted("patch", client_.merge_patch(crd::kTasks, ns, name, labels)); !labelled) {
-        if (labelled.error().not_found() || labelled.error().conflict()) return outcome;  // judged again
-        spdlog::warn("task {}: labelling it with its slot: {}", key, labelled.error().to_string());
-        outcome.failed = true;
-        return outcome;
-      } else {
-        version = crd::string_at(labelled.value(), {"metadata", "resourceVersion"});  // the version judged, labelled
-      }
-    }
+    const auto labelled = label_with_slot(*task, view.target_robot, key, outcome);
+    if (!labelled) return outcome;
+    version = *labelled;
   }
   // Conditional on the version judged: a report that came in meanwhile wins.
   const json patch = {{"metadata", {{"resourceVersion", version}}}, {"status", *plan.status}};
@@ -80,6 +70,23 @@ Manager::Outcome Manager::reconcile_task(const std::string& key) {
   }
   if (plan.event) record(written.value(), plan.event->type, plan.event->reason, plan.event->message);
   return outcome;
+}
+
+std::optional<std::string> Manager::label_with_slot(const json& task, const std::string& robot, const std::string& key,
+                                                    Outcome& outcome) {
+  const std::string version = crd::string_at(task, {"metadata", "resourceVersion"});
+  const std::string slot = std::to_string(slot_of(robot));
+  if (crd::string_at(task, {"metadata", "labels", kSlotLabel.data()}) == slot) return version;
+  // Conditional too: the labelled version is then the judged one plus the label.
+  const json labels = {{"metadata", {{"resourceVersion", version}, {"labels", {{std::string(kSlotLabel), slot}}}}}};
+  const ObjectName object = split_key(key);
+  auto labelled = counted("patch", client_.merge_patch(crd::kTasks, object.namespace_, object.name, labels));
+  if (labelled) return crd::string_at(labelled.value(), {"metadata", "resourceVersion"});
+  if (!labelled.error().not_found() && !labelled.error().conflict()) {
+    spdlog::warn("task {}: labelling it with its slot: {}", key, labelled.error().to_string());
+    outcome.failed = true;
+  }
+  return std::nullopt;
 }
 
 }  // namespace k8s4r::manager

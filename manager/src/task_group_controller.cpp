@@ -209,9 +209,17 @@ Manager::Outcome Manager::apply_group_plan(const std::string& key, const GroupVi
   }
   for (const json& task : plan.dispatches) {
     const crd::TaskView t = crd::read_task(task);
+    // Labelled with its robot's slot first (a Task placed before slots
+    // existed, or named its robot itself), for the bridge replica of that slot.
+    Outcome labelling;
+    const auto version = label_with_slot(task, t.target_robot, key_of(task), labelling);
+    if (!version) {
+      outcome.failed = outcome.failed || labelling.failed;
+      continue;
+    }
     // Conditional on the version judged: a cache behind a report must not
     // set a running Task back to dispatching.
-    const json patch = {{"metadata", {{"resourceVersion", crd::string_at(task, {"metadata", "resourceVersion"})}}},
+    const json patch = {{"metadata", {{"resourceVersion", *version}}},
                         {"status", {{"state", "dispatching"}, {"message", "placed on robot " + t.target_robot}}}};
     auto written = counted("patch_status", client_.merge_patch(crd::kTasks, ns, t.name, patch, true));
     if (!written && !written.error().not_found() && !written.error().conflict()) outcome.failed = true;

@@ -122,6 +122,13 @@ class Manager {
 
   // task_controller.cpp: Tasks no TaskGroup owns (plan_task.h).
   Outcome reconcile_task(const std::string& key);
+  // A Task about to be sent to `robot` is labelled with that robot's slot
+  // first (common/slots.h), so the bridge replica that serves the slot sees
+  // it, conditional on the version judged. The resourceVersion to write on
+  // next (the labelled one; the judged one when it had the label), or none
+  // when the caller is to stop: judged again (404, 409), or `outcome` failed.
+  std::optional<std::string> label_with_slot(const nlohmann::json& task, const std::string& robot,
+                                             const std::string& key, Outcome& outcome);
   // task_group_controller.cpp: read the caches, plan (plan_group.h), apply.
   Outcome reconcile_group(const std::string& key);
   GroupView view_of_group(const std::string& namespace_, const std::string& name);
