@@ -70,6 +70,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
                    "Failed lists and watches, each followed by a jittered backoff.");
   metrics_.declare("k8s4r_bridge_informer_errors_total", Type::counter,
                    "Index functions and event handlers that threw, by kind (index, handler).");
+  metrics_.declare("k8s4r_bridge_informer_objects", Type::gauge,
+                   "Objects cached (a replica: its slots' Robots and Tasks only).");
   metrics_.declare("k8s4r_bridge_informer_handler_backlog", Type::gauge,
                    "Events cached but not yet handled, all handlers together.");
   metrics_.declare("k8s4r_bridge_informer_consistency_checks_total", Type::counter,
@@ -94,6 +96,11 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   kube::InformerOptions task_options{crd::kTasks, namespace_};
   task_options.consistency_check_interval = std::chrono::minutes(5);
   robot_options.transform = keep_cached_robot_fields;
+  if (!config_.replica_id.empty()) {
+    // A replica caches only its slots' Robots and Tasks (ownership.cpp):
+    // none until the slot table gives it some.
+    robot_options.label_selector = task_options.label_selector = slot_selector(ServedSlots(kSlots, 0));
+  }
   // A fleet's Robots are the bridge's largest cache, each read about once per
   // heartbeat: packed, 10,000 of them take a few MiB instead of some 40.
   robot_options.packed = true;
@@ -160,6 +167,7 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
         config_.replica_retry_period,
         [this](const ServedSlots& served) { return serve_from_coordinator(served); },
         [this](const std::vector<bool>& handing) { return drained(handing); },
+        [this] { narrow_caches(); },
         hooks_.on_lost_lease ? hooks_.on_lost_lease : [this] { loop_.post([this] { shutdown(); }); }};
     coordinator_ = std::make_unique<SlotCoordinator>(*lease_client_, std::move(slots), loop_.clock());
   }
@@ -219,6 +227,7 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
       m.set("k8s4r_bridge_informer_errors_total", {{"resource", name}, {"kind", "handler"}},
             static_cast<double>(informer_metrics.handler_errors));
       m.set("k8s4r_bridge_informer_handler_backlog", labels, static_cast<double>(informer_metrics.handler_backlog));
+      m.set("k8s4r_bridge_informer_objects", labels, static_cast<double>(informer->size()));
       m.set("k8s4r_bridge_informer_consistency_checks_total", {{"resource", name}, {"result", "match"}},
             static_cast<double>(informer_metrics.consistency_checks - informer_metrics.consistency_mismatches));
       m.set("k8s4r_bridge_informer_consistency_checks_total", {{"resource", name}, {"result", "mismatch"}},

@@ -314,6 +314,9 @@ void Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vec
 
 void Bridge::on_robot_changed(const std::string& robot_id, bool deleted) {
   if (!serves(robot_id)) return;  // its owner's
+  // Left the cache, and back already: its slot was let go and taken again
+  // (a replica's caches hold only its slots), not a Robot deleted.
+  if (deleted && robots_->get(namespace_, robot_id)) return;
   if (deleted) {
     robot_memory_.erase(robot_id);
     forget_prefetch(robot_id);
@@ -327,6 +330,7 @@ void Bridge::on_robot_changed(const std::string& robot_id, bool deleted) {
 
 void Bridge::on_task_deleted(const kube::ObjectPtr& task) {
   const crd::TaskView view = crd::read_task(*task);
+  if (tasks_->get_by_uid(view.uid)) return;  // back in the cache: its slot was let go and taken again
   auto found = task_memory_.find(view.uid);
   if (found != task_memory_.end()) {
     TaskMemory& memory = found->second;

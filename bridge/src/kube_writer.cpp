@@ -43,7 +43,11 @@ void KubeWriter::merge(Pending& older, Pending newer) {
     if (then.empty()) return;
     first = first.empty() ? std::move(then) : PackedJson(crd::compose_merge_patches(first.get(), then.get()));
   };
-  if (!newer.create.empty()) older.create = std::move(newer.create);
+  if (!newer.create.empty()) {
+    older.create = std::move(newer.create);
+    older.must_be_new = newer.must_be_new;
+    older.exists_patch = std::move(newer.exists_patch);
+  }
   compose(older.main_patch, std::move(newer.main_patch));
   if (newer.finalizer) older.finalizer = newer.finalizer;
   compose(older.status_patch, std::move(newer.status_patch));
@@ -53,6 +57,8 @@ void KubeWriter::merge(Pending& older, Pending newer) {
 void KubeWriter::write(const ObjectRef& object, WriteRequest request) {
   Pending pending{object,
                   request.create ? PackedJson(*request.create) : PackedJson(),
+                  request.must_be_new,
+                  PackedJson(request.exists_patch),
                   PackedJson(request.main_patch),
                   request.finalizer,
                   PackedJson(request.status_patch),
@@ -74,7 +80,7 @@ void KubeWriter::write(const ObjectRef& object, WriteRequest request) {
 
 void KubeWriter::create_event(const json& event) {
   ObjectRef ref{crd::kEvents, event["metadata"].value("namespace", ""), event["metadata"].value("name", "")};
-  Pending pending{ref, PackedJson(event), {}, std::nullopt, {}, {}, true};
+  Pending pending{ref, PackedJson(event), false, {}, {}, std::nullopt, {}, {}, true};
   const std::string key = "event:" + ref.key();
   {
     std::lock_guard lock(mutex_);
@@ -108,6 +114,15 @@ bool KubeWriter::execute(Pending& pending, std::string& error, bool& permanent) 
     auto created = client_.create(ref.resource, ref.namespace_, pending.create.get());
     count("create", created ? 201 : created.error().code);
     if (!created && !created.error().already_exists()) return failed(created.error());
+    if (!created && pending.must_be_new) {
+      if (!pending.exists_patch.empty()) {
+        auto patched = client_.merge_patch(ref.resource, ref.namespace_, ref.name, pending.exists_patch.get());
+        count("patch", patched ? 200 : patched.error().code);
+      }
+      error = ref.key() + " exists, but this bridge's cache does not hold it (not yet, or it had no slot label)";
+      permanent = true;
+      return false;
+    }
     pending.create.clear();
   }
   if (!pending.main_patch.empty()) {

@@ -46,6 +46,12 @@ void Bridge::on_register(const Register& message) {
   }
   WriteRequest request;
   if (!robot) request.create = new_robot(message, namespace_);
+  // A replica sees only its slots' Robots: one that exists unseen (made
+  // before slot labels) is not to be judged as new; it is labelled by the
+  // backfill (slot_coordinator.h), and the robot registers again.
+  request.must_be_new = coordinator_ != nullptr;
+  if (request.must_be_new && !robot)
+    request.exists_patch = {{"metadata", {{"labels", {{std::string(kSlotLabel), std::to_string(slot_of(robot_id))}}}}}};
   request.main_patch = robot ? register_robot_patch(message, *robot) : nullptr;
   request.status_patch = register_status_patch(message, robot.get(), now());
   request.done = [this, robot_id, response_topic, created = !robot](bool ok, const std::string& error) {

@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include <future>
+#include <thread>
 
 namespace k8s4r::bridge {
 
@@ -38,7 +39,58 @@ std::optional<Bridge::Fence> Bridge::fence_for(const std::string& robot_id) cons
   return Fence{epoch};
 }
 
+bool Bridge::select_caches(const ServedSlots& slots, bool wait) {
+  const std::string selector = slot_selector(slots);
+  const auto robots = robots_->select(selector), tasks = tasks_->select(selector);
+  if (!wait) {
+    // Narrower: the caches hold at least these from now on.
+    cached_slots_ = slots;
+    return true;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + config_.replica_renew_deadline;
+  while (!(robots_->selected(robots) && tasks_->selected(tasks))) {
+    if (leaving_ || std::chrono::steady_clock::now() > deadline) return false;  // asked again at the next poll
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  cached_slots_ = slots;  // only once listed
+  return true;
+}
+
 bool Bridge::serve_from_coordinator(const ServedSlots& slots) {
+  // Slots lost are let go first (a hand-over waits on it); slots gained are
+  // served only once their Robots and Tasks are cached.
+  ServedSlots kept = slots, wider = slots;
+  bool gains = false;
+  for (std::uint32_t slot = 0; slot < kSlots; ++slot) {
+    if (slots[slot] != 0 && cached_slots_[slot] == 0) {
+      gains = true;
+      kept[slot] = 0;
+    }
+    if (wider[slot] == 0) wider[slot] = cached_slots_[slot];
+  }
+  if (gains) {
+    if (!serve_in_loop(kept)) return false;
+    if (!select_caches(wider, true)) return false;
+  }
+  if (!serve_in_loop(slots)) return false;
+  serving_slots_ = slots;
+  return true;
+}
+
+void Bridge::narrow_caches() {
+  // Slots no longer served leave the caches once no write of this bridge to
+  // their objects waits (the writer finds a Task's robot, and the object for
+  // a finalizer, in the cache).
+  std::vector<bool> extra(kSlots, false);
+  bool any = false;
+  for (std::uint32_t slot = 0; slot < kSlots; ++slot) {
+    extra[slot] = cached_slots_[slot] != 0 && serving_slots_[slot] == 0;
+    any = any || extra[slot];
+  }
+  if (any && drained(extra)) select_caches(serving_slots_, false);
+}
+
+bool Bridge::serve_in_loop(const ServedSlots& slots) {
   auto done = std::make_shared<std::promise<void>>();
   auto served = done->get_future();
   loop_.post([this, slots, done] {

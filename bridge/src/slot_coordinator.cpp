@@ -1,5 +1,7 @@
 #include "k8s4r/bridge/slot_coordinator.h"
 
+#include "k8s4r/crd/resources.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -85,21 +87,23 @@ void SlotCoordinator::run() {
   const auto interval = std::max<std::chrono::nanoseconds>(std::chrono::milliseconds(100), config_.retry_period / 4);
   while (!stopping_) {
     poll();
+    after_poll();
     const SteadyTime until = clock_.steady() + std::chrono::duration_cast<SteadyTime::duration>(interval);
     std::unique_lock lock(mutex_);
     while (!stopping_ && clock_.steady() < until) clock_.wait_until(wake_, lock, until);
   }
 }
 
-void SlotCoordinator::serve(const ServedSlots& slots) {
-  std::lock_guard lock(serve_mutex_);            // the poll's thread, and the elector's when the Lease is lost
-  if (lost_ && count_served(slots) > 0) return;  // a poll under way when the Lease was lost
-  if (slots == served_) return;
-  if (!config_.serve || !config_.serve(slots)) return;  // stopping: told again, if ever, on the next poll
+bool SlotCoordinator::serve(const ServedSlots& slots) {
+  std::lock_guard lock(serve_mutex_);                  // the poll's thread, and the elector's when the Lease is lost
+  if (lost_ && count_served(slots) > 0) return false;  // a poll under way when the Lease was lost
+  if (slots == served_) return true;
+  if (!config_.serve || !config_.serve(slots)) return false;  // told again on the next poll
   const std::size_t before = count_served(served_), after = count_served(slots);
   served_ = slots;
   served_count_ = after;
   if (before != after) spdlog::info("replica {}: serving {} slot(s) (was {})", config_.replica_id, after, before);
+  return true;
 }
 
 std::optional<SlotCoordinator::Members> SlotCoordinator::live_members() {
@@ -180,7 +184,9 @@ void SlotCoordinator::poll() {
   high_water_ = std::max(high_water_, current.epoch);
   current.epoch = high_water_;
   table_epoch_ = high_water_;
-  serve(valid && reclaimed_ ? served_by(current, config_.replica_id) : ServedSlots(kSlots, 0));
+  // Not told: it may still serve slots the table marks for hand-over, so
+  // nothing is written.
+  if (!serve(valid && reclaimed_ ? served_by(current, config_.replica_id) : ServedSlots(kSlots, 0))) return;
   if (stopping_ || lost_) return;
   if (members->unsure) return;  // who is live is not known yet: decide nothing
 
@@ -230,6 +236,58 @@ void SlotCoordinator::poll() {
   table_epoch_ = high_water_;
   spdlog::debug("replica {}: slot table written, epoch {}", config_.replica_id, wanted.epoch);
   serve(served_by(wanted, config_.replica_id));
+}
+
+void SlotCoordinator::after_poll() {
+  if (config_.after_poll) {
+    std::lock_guard lock(serve_mutex_);  // one call into the bridge at a time
+    config_.after_poll();
+  }
+  const SteadyTime now = clock_.steady();
+  {
+    std::lock_guard lock(serve_mutex_);
+    if (!serving() || served_[0] == 0) return;  // one replica does it: slot 0's
+  }
+  if (labelled_at_ && now - *labelled_at_ < config_.retry_period * 15) return;
+  labelled_at_ = now;
+  label_unlabelled();
+}
+
+void SlotCoordinator::label_unlabelled() {
+  // A page at a time, at most a few hundred writes a run: the table is
+  // polled between runs, and a stop ends one between two writes.
+  constexpr std::size_t kMaxWritesPerRun = 300;
+  std::size_t writes = 0;
+  for (const kube::Resource* resource : {&crd::kRobots, &crd::kTasks}) {
+    kube::ListOptions options;
+    options.label_selector = kUnlabelledSelector;
+    options.limit = 500;
+    std::size_t labelled = 0;
+    do {
+      auto listed = client_.list(*resource, config_.namespace_, options);
+      if (!listed || !listed.value().contains("items") || !listed.value()["items"].is_array()) {
+        if (!listed)
+          spdlog::warn("replica {}: listing {} without a slot label: {}", config_.replica_id, resource->plural,
+                       listed.error().to_string());
+        break;
+      }
+      for (const json& object : listed.value()["items"]) {
+        if (stopping_ || writes >= kMaxWritesPerRun) break;
+        const std::string name = crd::string_at(object, {"metadata", "name"});
+        const std::string robot = resource == &crd::kRobots ? name : crd::string_at(object, {"spec", "targetRobot"});
+        if (name.empty() || robot.empty()) continue;  // a Task not placed yet: the scheduler labels it
+        const json patch = {{"metadata",
+                             {{"resourceVersion", crd::string_at(object, {"metadata", "resourceVersion"})},
+                              {"labels", {{std::string(kSlotLabel), std::to_string(slot_of(robot))}}}}}};
+        ++writes;
+        if (client_.merge_patch(*resource, config_.namespace_, name, patch)) ++labelled;
+      }
+      options.continue_token = crd::string_at(listed.value(), {"metadata", "continue"});
+    } while (!options.continue_token.empty() && !stopping_ && writes < kMaxWritesPerRun);
+    if (labelled > 0)
+      spdlog::info("replica {}: labelled {} {} made before slot labels", config_.replica_id, labelled,
+                   resource->plural);
+  }
 }
 
 void SlotCoordinator::leave() {

@@ -154,6 +154,21 @@ ServedSlots served_by(const SlotTable& table, const std::string& self) {
   return served;
 }
 
+std::string slot_selector(const ServedSlots& served) {
+  const std::string key(kSlotLabel);
+  std::string in, out;
+  std::size_t count = 0;
+  for (std::uint32_t slot = 0; slot < kSlots && slot < served.size(); ++slot) {
+    std::string& list = served[slot] != 0 ? in : out;
+    list += (list.empty() ? "" : ",") + std::to_string(slot);
+    count += served[slot] != 0;
+  }
+  if (count == 0) return key + "=none";
+  if (count == kSlots) return key;
+  if (count <= kSlots / 2) return key + " in (" + in + ")";
+  return key + "," + key + " notin (" + out + ")";
+}
+
 SlotTable rebalance(SlotTable table, const std::vector<std::string>& live, std::int64_t now_ms, bool take_ownerless) {
   if (live.empty()) return table;
   std::vector<std::string> members = live;

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bridge_support import AgentProcess, BridgeProcess, apply_rbac, create_task, dispatch, get
+from bridge_support import AgentProcess, BridgeProcess, apply_rbac, create_task, digest, dispatch, get
 from conftest import Observer, wait_until
 
 DEPLOY_REPLICAS = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "bridge-replicas"
@@ -118,6 +118,16 @@ def robots_per_owner(members, count, owners=None):
     raise AssertionError("not enough robots")
 
 
+def create_placed_task(sim, name, script, robot):
+    """A Task as the manager leaves it once placed: spec.targetRobot and its robot's slot label, then dispatching."""
+    sim.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Task",
+        "metadata": {"name": name, "namespace": "default", "labels": {"robot.k8s4r.io/slot": str(slot_of(robot))}},
+        "spec": {"name": name, "driver": "exec", "targetRobot": robot,
+                 "config": {"execConfig": {"command": "/bin/sh", "args": ["-c", script]}}}}))
+    dispatch(sim, name)
+
+
 def start_tasks(sim, tmp_path, robots, per_robot, seconds):
     """Tasks that each append their name to their own file, after `seconds`; returns {task: file}."""
     made = {}
@@ -126,8 +136,7 @@ def start_tasks(sim, tmp_path, robots, per_robot, seconds):
             name = f"{robot}-t{n}"
             out = tmp_path / "ran" / name
             out.parent.mkdir(exist_ok=True)
-            create_task(sim, name, f"sleep {seconds}; echo {name} >> {out}", robot=robot)
-            dispatch(sim, name)
+            create_placed_task(sim, name, f"sleep {seconds}; echo {name} >> {out}", robot)
             made[name] = out
     return made
 
@@ -175,6 +184,10 @@ def test_three_replicas_share_the_slots_and_each_serves_only_its_robots(tmp_path
         for robot in robots:
             dispatched = re.search(rf"to robot {robot}$", log, re.M) is not None
             assert dispatched == (robot in chosen[name]), (name, robot)
+    # Each caches only its own robots' Robots and Tasks (a label selector on its slots).
+    for name in members:
+        assert made[name].metric("k8s4r_bridge_informer_objects", resource="robots") == 2, name
+        assert made[name].metric("k8s4r_bridge_informer_objects", resource="tasks") == 6, name
     # The other replicas dropped what they do not serve, unread.
     assert all(made[name].metric("k8s4r_bridge_messages_not_served_total") > 0 for name in members)
 
@@ -262,10 +275,42 @@ def test_a_replica_added_later_takes_a_share_without_a_task_running_twice(tmp_pa
     for robot in robots:
         name = f"{robot}-later"
         later[name] = tmp_path / "ran" / name
-        create_task(sim, name, f"echo {name} >> {later[name]}", robot=robot)
-        dispatch(sim, name)
+        create_placed_task(sim, name, f"echo {name} >> {later[name]}", robot)
     wait_until(lambda: all_completed(sim, {**tasks, **later}), 60, "every task to complete")
     assert_each_ran_once(sim, {**tasks, **later})
     for robot in robots:
         senders = [n for n in members if f"dispatching task {robot}-later " in made[n].log_text()]
         assert senders == [owner_among(slot_of(robot), members)], (robot, senders)
+
+
+def test_robots_and_tasks_made_before_slot_labels_are_labelled_and_served(tmp_path, sim, replicas, agents):
+    """An older bridge made Robots and the manager Tasks without the slot label, which replicas select their
+    caches by. A register of such a robot is not taken for a new robot's (which would skip its token check and
+    reset its phase): its owner labels the Robot and judges the next register against it; and the replica serving
+    slot 0 labels the rest."""
+    start, made = replicas
+    members = ["bridge-0", "bridge-1"]
+    for name in members:
+        start(name)
+    wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
+    robot = "robot-1"
+    approved_digest = digest("the-token-it-was-approved-with")
+    sim.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Robot",
+        "metadata": {"name": robot, "namespace": "default"}, "spec": {"robotId": robot}}))
+    sim.kubectl("patch", "robot", robot, "--subresource=status", "--type=merge", "-p",
+                json.dumps({"status": {"phase": "Online", "tokenDigest": approved_digest}}))
+    out = tmp_path / "ran-old"
+    create_task(sim, "old", f"echo old >> {out}", robot=robot)
+    dispatch(sim, "old")
+    # It registers with another token than the one it was approved with.
+    agents(robot)
+    owner = made[owner_among(slot_of(robot), members)]
+    wait_until(lambda: "TokenMismatch" in owner.log_text(), 30, "the register judged against the Robot")
+    status = get(sim, "robot", robot)["status"]
+    assert (status["phase"], status["tokenDigest"]) == ("Online", approved_digest)
+    assert get(sim, "robot", robot)["metadata"]["labels"]["robot.k8s4r.io/slot"] == "303"
+    # The Task made without the label is labelled, then sent (the bridge sends whatever the Robot's phase).
+    wait_until(lambda: all_completed(sim, ["old"]), 40, "the old Task to complete")
+    assert out.read_text().splitlines() == ["old"]
+    assert get(sim, "rtask", "old")["metadata"]["labels"]["robot.k8s4r.io/slot"] == "303"

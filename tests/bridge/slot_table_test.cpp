@@ -172,6 +172,27 @@ TEST(SlotTable, ADamagedTableIsAnErrorNamingTheLineNeverAPartialTable) {
   EXPECT_EQ(count_served(served_by(sparse.value(), "bridge-0")), 1u);
 }
 
+TEST(SlotTable, AReplicasCachesSelectItsSlotsInTheShortestForm) {
+  ServedSlots served(kSlots, 0);
+  EXPECT_EQ(slot_selector(served), "robot.k8s4r.io/slot=none");
+  served[303] = served[5] = 7;
+  EXPECT_EQ(slot_selector(served), "robot.k8s4r.io/slot in (5,303)");
+  served.assign(kSlots, 7);
+  EXPECT_EQ(slot_selector(served), "robot.k8s4r.io/slot");
+  served[1] = served[1000] = 0;
+  EXPECT_EQ(slot_selector(served), "robot.k8s4r.io/slot,robot.k8s4r.io/slot notin (1,1000)");
+  // A third of the fleet, or two thirds: well within a URL.
+  const SlotTable table = rebalance(SlotTable{}, {"bridge-0", "bridge-1", "bridge-2"}, 1000);
+  for (const char* replica : {"bridge-0", "bridge-1"}) {
+    EXPECT_LT(slot_selector(served_by(table, replica)).size(), 2600u);
+  }
+  ServedSlots two_thirds = served_by(table, "bridge-0");
+  const ServedSlots other = served_by(table, "bridge-1");
+  for (std::uint32_t slot = 0; slot < kSlots; ++slot) two_thirds[slot] |= other[slot];
+  EXPECT_LT(slot_selector(two_thirds).size(), 2600u);
+  EXPECT_NE(slot_selector(two_thirds).find(" notin ("), std::string::npos);
+}
+
 TEST(SlotTable, ReplicaIdsNameALeaseAndCannotBreakATopicOrALine) {
   EXPECT_TRUE(validate_replica_id("bridge-0"));
   EXPECT_TRUE(validate_replica_id(std::string(kMaxReplicaIdLength, 'a')));

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <thread>
 
@@ -161,6 +162,53 @@ TEST_P(InformerTest, RelistAfterExpiredDeliversTheDifferenceOnce) {
   EXPECT_TRUE(informer.by_index("robot", "r2").empty());
   EXPECT_EQ(informer.metrics().relists_after_expired, 1u);
   EXPECT_TRUE(informer.has_synced());
+}
+
+TEST_P(InformerTest, ANewSelectionIsListedAndWhatLeftItIsDeleted) {
+  // Lists answer by their selector (a bridge replica's slots); watches have nothing to say.
+  std::atomic<int> lists{0};
+  Client client(ClientConfig{}, std::make_unique<FakeTransport>([&](const HttpRequest& request) -> FakeReply {
+                  if (request.path.find("watch=1") != std::string::npos) {
+                    std::this_thread::sleep_for(5ms);
+                    return FakeReply{Error{"http", "no news"}};
+                  }
+                  ++lists;
+                  const bool b = request.path.find("slot%3Db") != std::string::npos;
+                  return FakeReply{
+                      HttpResponse{200, list_of("10", {b ? task("b", "7", "r2") : task("a", "5", "r1")}).dump(), ""}};
+                }),
+                [](std::chrono::milliseconds) {});
+  InformerOptions options = quick_options();
+  options.label_selector = "slot=a";
+  Informer informer(client, options);
+  std::vector<std::string> events;
+  std::mutex events_mutex;
+  const auto note = [&](const std::string& what) {
+    std::lock_guard l(events_mutex);
+    events.push_back(what);
+  };
+  informer.add_handler({[&](const ObjectPtr& o) { note("add " + (*o)["metadata"]["name"].get<std::string>()); },
+                        {},
+                        [&](const ObjectPtr& o, bool unknown) {
+                          note("delete " + (*o)["metadata"]["name"].get<std::string>() + (unknown ? " (unknown)" : ""));
+                        },
+                        {}});
+  informer.start();
+  ASSERT_TRUE(informer.wait_for_sync(10s));
+  ASSERT_NE(informer.get("default", "a"), nullptr);
+  const auto selection = informer.select("slot=b");
+  EXPECT_FALSE(informer.selected(selection + 1));
+  ASSERT_TRUE(eventually([&] { return informer.selected(selection); }));
+  EXPECT_EQ(informer.get("default", "a"), nullptr);
+  ASSERT_NE(informer.get("default", "b"), nullptr);
+  EXPECT_EQ(informer.select("slot=b"), selection);  // the same selection: no new list
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard l(events_mutex);
+    return events.size() >= 3;
+  }));
+  informer.stop();
+  EXPECT_EQ(events, (std::vector<std::string>{"add a", "delete a (unknown)", "add b"}));
+  EXPECT_EQ(lists.load(), 2);
 }
 
 TEST_P(InformerTest, PredicatesDropUpdatesAHandlerDoesNotCareAbout) {

@@ -299,6 +299,11 @@ std::vector<ObjectPtr> Informer::list() const {
   return all;
 }
 
+std::size_t Informer::size() const {
+  std::lock_guard lock(mutex_);
+  return objects_.size();
+}
+
 std::string Informer::resource_version() const {
   std::lock_guard lock(mutex_);
   return resource_version_;
@@ -417,7 +422,8 @@ void Informer::back_off() {
   const auto wait = std::chrono::milliseconds(
       static_cast<long long>(static_cast<double>(step.count()) * std::uniform_real_distribution(0.5, 1.5)(random)));
   std::unique_lock lock(stop_mutex_);
-  stop_changed_.wait_for(lock, wait, [this] { return stopping_.load(); });
+  stop_changed_.wait_for(lock, wait, [this] { return stopping_.load() || wake_; });
+  wake_ = false;
 }
 
 std::optional<std::string> Informer::list_pages(ListOptions options, const std::function<void(json&&)>& on_item,
@@ -467,9 +473,33 @@ std::optional<std::string> Informer::list_pages(ListOptions options, const std::
   }
 }
 
+std::uint64_t Informer::select(const std::string& label_selector) {
+  std::lock_guard lock(mutex_);
+  if (label_selector == options_.label_selector) return selection_;
+  options_.label_selector = label_selector;
+  relist_ = true;
+  end_watch_ = true;
+  {
+    std::lock_guard stop_lock(stop_mutex_);
+    wake_ = true;  // a back-off under way ends: the new selection is listed now
+  }
+  stop_changed_.notify_all();
+  return ++selection_;
+}
+
+bool Informer::selected(std::uint64_t selection) const {
+  std::lock_guard lock(mutex_);
+  return listed_selection_ >= selection;
+}
+
 bool Informer::list_and_replace() {
   ListOptions options;
-  options.label_selector = options_.label_selector;
+  std::uint64_t selection = 0;
+  {
+    std::lock_guard lock(mutex_);
+    options.label_selector = options_.label_selector;
+    selection = selection_;
+  }
   options.field_selector = options_.field_selector;
   options.limit = options_.page_size;
   // Packed as the pages come, when the cache is: a relist holds one parsed
@@ -509,7 +539,9 @@ bool Informer::list_and_replace() {
     }
     resource_version_ = *version;
     ++metrics_.lists;
-    relist_ = false;
+    // A select() meanwhile asked for another list: this one stands until it.
+    relist_ = selection != selection_;
+    listed_selection_ = std::max(listed_selection_, selection);
     backoff_ = std::chrono::milliseconds{0};
     for (const Delta& delta : deltas) publish(delta);
     if (!synced_) {
@@ -523,7 +555,10 @@ bool Informer::list_and_replace() {
 
 void Informer::watch_once() {
   WatchOptions options;
-  options.label_selector = options_.label_selector;
+  {
+    std::lock_guard lock(mutex_);
+    options.label_selector = options_.label_selector;
+  }
   options.field_selector = options_.field_selector;
   options.resource_version = resource_version();
   options.allow_bookmarks = true;
@@ -603,17 +638,18 @@ void Informer::run() {
 }
 
 bool Informer::check_consistency() {
-  std::string version;
+  std::string version, selector;
   std::vector<std::string> cached;
   {
     std::lock_guard lock(mutex_);
     if (relist_) return false;  // a relist is already on its way
     version = resource_version_;
+    selector = options_.label_selector;  // the selection this cache holds
     cached.reserve(objects_.size());
     for (const auto& [key, entry] : objects_) cached.push_back(key + "/" + entry.version);
   }
   ListOptions options;
-  options.label_selector = options_.label_selector;
+  options.label_selector = selector;
   options.field_selector = options_.field_selector;
   options.resource_version = version;
   options.resource_version_match = "Exact";
@@ -631,6 +667,7 @@ bool Informer::check_consistency() {
   const std::size_t cached_count = cached.size(), fresh_count = fresh.size();
   const std::uint64_t ours = hash_entries(std::move(cached)), theirs = hash_entries(std::move(fresh));
   std::lock_guard lock(mutex_);
+  if (selector != options_.label_selector) return true;  // selected anew meanwhile: compared with another list
   ++metrics_.consistency_checks;
   if (ours == theirs) return true;
   ++metrics_.consistency_mismatches;

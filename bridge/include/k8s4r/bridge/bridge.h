@@ -203,8 +203,16 @@ class Bridge {
   // What its messages to the robot carry; nothing when it does not serve it.
   std::optional<Fence> fence_for(const std::string& robot_id) const;
   std::optional<std::int64_t> epoch_for(const std::string& robot_id) const;
-  // The coordinator's thread: returns once the loop serves exactly `slots`.
+  // The coordinator's thread: returns once the caches hold the slots' Robots
+  // and Tasks and the loop serves exactly `slots`.
   bool serve_from_coordinator(const ServedSlots& slots);
+  // The Robot and Task informers select these slots' objects; with `wait`,
+  // returns once they are listed (false: not within the renew deadline).
+  bool select_caches(const ServedSlots& slots, bool wait);
+  bool serve_in_loop(const ServedSlots& slots);
+  // The coordinator's thread, after each poll: caches of slots let go are
+  // narrowed once this bridge's writes to them are in.
+  void narrow_caches();
   // The coordinator's thread: no write to these slots' Robots and Tasks is
   // waiting or under way (a hand-over waits for it).
   bool drained(const std::vector<bool>& slots) const;
@@ -242,6 +250,9 @@ class Bridge {
   std::unique_ptr<kube::Client> lease_client_;
   std::unique_ptr<SlotCoordinator> coordinator_;
   ServedSlots served_ = ServedSlots(kSlots, 0);
+  // What the informers hold (at least), and what the loop was last told to
+  // serve: the coordinator's calls only, which it makes one at a time.
+  ServedSlots cached_slots_ = ServedSlots(kSlots, 0), serving_slots_ = ServedSlots(kSlots, 0);
   std::atomic<bool> leaving_{false};  // shutting down: the coordinator waits for the loop no more
 
   // Messages between Paho's thread and the loop: at most this many wait, so

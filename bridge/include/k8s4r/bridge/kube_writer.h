@@ -52,9 +52,16 @@ using CacheLookup = std::function<kube::ObjectPtr(const ObjectRef&)>;
 
 struct WriteRequest {
   std::optional<nlohmann::json> create;  // the whole object, when it may not exist yet
-  nlohmann::json main_patch;             // merge patch on the object; null: none
-  std::optional<bool> finalizer;         // want crd::kBridgeFinalizer present (true) or absent (false)
-  nlohmann::json status_patch;           // merge patch on /status; null: none
+  // The create must make it: one that exists already (409) fails the write
+  // for good, as the object is not what the caller judged by (a replica's
+  // cache holds only its slots' objects: this one has no slot label yet).
+  bool must_be_new = false;
+  // With must_be_new: the merge patch made on the object found existing
+  // instead of the rest (its slot label, so the owner's cache takes it in).
+  nlohmann::json exists_patch;
+  nlohmann::json main_patch;      // merge patch on the object; null: none
+  std::optional<bool> finalizer;  // want crd::kBridgeFinalizer present (true) or absent (false)
+  nlohmann::json status_patch;    // merge patch on /status; null: none
   WriteDone done;
 };
 
@@ -85,6 +92,8 @@ class KubeWriter {
   struct Pending {
     ObjectRef object;
     PackedJson create;
+    bool must_be_new = false;
+    PackedJson exists_patch;
     PackedJson main_patch;
     std::optional<bool> finalizer;
     PackedJson status_patch;

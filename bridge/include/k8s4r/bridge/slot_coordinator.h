@@ -32,6 +32,10 @@
 //   is given out only once it has been ownerless for the renew deadline (or
 //   no other replica is live): every replica serving it under the old table
 //   has read the new one and stopped by then, or lost its Lease.
+// - Labels: a replica caches only its slots' Robots and Tasks (by their
+//   slot label), so one made before slot labels would be seen by none. The
+//   replica serving slot 0 lists those without the label every 15 retry
+//   periods (30 s) and labels them (conditionally), a page of 500 at a time.
 // - leave() (a clean shutdown) gives its slots to the other live replicas at
 //   once and releases the Lease, so a rolling restart moves slots within a
 //   poll instead of a lease duration.
@@ -74,6 +78,8 @@ struct SlotCoordinatorConfig {
   // True when no write of the bridge to an object of these slots (true:
   // handed over) is waiting or under way.
   std::function<bool(const std::vector<bool>&)> drained;
+  // Called after each poll (the bridge narrows its caches).
+  std::function<void()> after_poll;
   std::function<void()> on_lost_lease;
 };
 
@@ -116,7 +122,11 @@ class SlotCoordinator {
   // The live replicas by their Leases (this one included), or none when the
   // Leases cannot be read.
   std::optional<Members> live_members();
-  void serve(const ServedSlots& slots);
+  // False when the bridge could not be told (stopping, or its caches not
+  // listed in time): the poll then writes nothing.
+  bool serve(const ServedSlots& slots);
+  void label_unlabelled();
+  void after_poll();
   std::int64_t now_ms() const;
 
   kube::Client& client_;
@@ -130,6 +140,7 @@ class SlotCoordinator {
   std::optional<SteadyTime> ownerless_since_;  // the table read has had a slot with no owner since
   std::int64_t high_water_ = 0;                // the newest epoch of any table read or written
   std::string holder_;                         // <id>/<incarnation>
+  std::optional<SteadyTime> labelled_at_;      // the last label_unlabelled()
   std::string last_error_;                     // logged once until it changes
   std::atomic<bool> stopping_{false}, ready_{false}, lost_{false};
   std::atomic<std::size_t> served_count_{0}, live_count_{0};

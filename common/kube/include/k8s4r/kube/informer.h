@@ -139,12 +139,21 @@ class Informer {
   ObjectPtr get_by_uid(const std::string& uid) const;
   std::vector<ObjectPtr> by_index(const std::string& index, const std::string& key) const;
   std::vector<ObjectPtr> list() const;
+  std::size_t size() const;  // objects cached
   std::string resource_version() const;
   InformerMetrics metrics() const;
 
   // Runs the consistency check now (also what the interval runs); true when
   // the cache matched the server. A mismatch schedules a relist.
   bool check_consistency();
+
+  // Watches what `label_selector` selects from now on: the cache is listed
+  // again with it and the difference delivered, as after 410 Expired (an
+  // object no longer selected is a delete with final_state_unknown = true).
+  // Returns a number that selected() reaches once that list is in the
+  // cache; the same selector again starts nothing. Any thread.
+  std::uint64_t select(const std::string& label_selector);
+  bool selected(std::uint64_t selection) const;
 
  private:
   enum class Kind { added, updated, deleted };
@@ -196,12 +205,16 @@ class Informer {
   bool synced_ = false;
   bool started_ = false;
   bool relist_ = true;
+  // select(): the selection wanted (options_.label_selector, under mutex_)
+  // and the newest one listed.
+  std::uint64_t selection_ = 0, listed_selection_ = 0;
   InformerMetrics metrics_;
   std::chrono::milliseconds backoff_{0};
 
   std::atomic<bool> stopping_{false};
   std::mutex stop_mutex_;
   std::condition_variable stop_changed_;
+  bool wake_ = false;  // under stop_mutex_: select() ends a back-off
   // Ends the current watch stream (within about a second): set by stop() and
   // by a failed consistency check, which needs a relist now.
   std::atomic<bool> end_watch_{false};
