@@ -22,6 +22,12 @@ robot its own MQTT connection, client id and last will) and a real k8s4r-agent.
 5. Requests per message: GETs and LISTs the stand-in answered for the bridge's
    ServiceAccount, over MQTT messages the bridge handled.
 
+With --replicas N, N bridge replicas (--replica-id, under deploy/bridge-replicas'
+Roles) share the fleet: every figure is theirs together (messages handled and
+writes summed, CPU summed, RSS the largest replica's, and each replica's
+listed), and the replicas' own Lease and slot-table reads, made by time and
+not per message, are reported apart.
+
 Usage:
   /usr/bin/python3 bench/bridge_bench.py                 # the figures in docs/performance.md
   /usr/bin/python3 bench/bridge_bench.py --short         # small and quick: run by scripts/test.sh
@@ -29,6 +35,8 @@ Usage:
                                                          # phase 4 for two agents, alternating, side by side
   /usr/bin/python3 bench/bridge_bench.py --bridge-arg=--heartbeat-ack-interval --bridge-arg=1h
                                                          # the bridge with more flags
+  /usr/bin/python3 bench/bridge_bench.py --replicas 3 --robots 20000
+                                                         # three replicas sharing 20,000 robots
 Exits non-zero when something did not work (a robot not registered, a Task
 never completed or never ran, a GET or LIST per message); the timing goals are
 reported, never asserted.
@@ -53,7 +61,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "integration"), str(REPO / "integration" / "bridge"), str(REPO / "integration" / "agent")]
 
 from agent_support import AgentProcess  # noqa: E402
-from bridge_support import BRIDGE_USER, BridgeProcess, apply_bridge_rbac  # noqa: E402
+from bridge_support import BRIDGE_USER, BridgeProcess, apply_bridge_rbac, settled, slot_of  # noqa: E402
 from conftest import Broker, KubeSim, make_tls_files, terminate, wait_until  # noqa: E402
 
 SHARD = 2500  # simulated robots per robot_fleet process
@@ -131,6 +139,36 @@ class Lines:
         terminate(self.process)
 
 
+class Replicas:
+    """Bridge replicas seen as one bridge by the phases: metrics summed, logs joined, /metrics summed by series."""
+    name = "bridge replicas"
+
+    def __init__(self, members):
+        self.members = members
+
+    def metric(self, name, **labels):
+        return sum(member.metric(name, **labels) for member in self.members)
+
+    def metric_sum(self, name, **labels):
+        return sum(member.metric_sum(name, **labels) for member in self.members)
+
+    def http(self, path):
+        summed = {}
+        for member in self.members:
+            for line in member.http(path)[1].splitlines():
+                if line and not line.startswith("#"):
+                    series, value = line.rsplit(" ", 1)
+                    summed[series] = summed.get(series, 0.0) + float(value)
+        return 200, "\n".join(f"{series} {value}" for series, value in summed.items())
+
+    def log_text(self):
+        return "".join(member.log_text() for member in self.members)
+
+    def stop(self):
+        for member in self.members:
+            member.stop()
+
+
 class Bench:
     def __init__(self, args, workdir):
         self.args = args
@@ -145,19 +183,30 @@ class Bench:
         self.sim = KubeSim(self.workdir / "sim", "--authorization-mode=RBAC", token="admin-token", tls=tls)
         self.stopping.append(self.sim.stop)
         self.sim.apply_crds()
-        self.sim.bridge_kubeconfig = apply_bridge_rbac(self.sim)
+        self.sim.bridge_kubeconfig = apply_bridge_rbac(self.sim, replicas=self.args.replicas > 0)
         self.sim.kubectl("create", "namespace", "bench-raw")
         self.broker = Broker(self.workdir / "broker")  # with docs/bridge.md's settings
         self.stopping.append(self.broker.stop)
-        self.bridge = BridgeProcess(self.workdir / "bridge", self.broker, self.sim, log_level="info",
-                                    # A fleet registering all at once, with no manager to approve it: the
-                                    # bounds on new robots (docs/security.md) lifted, as for a mass onboarding.
-                                    extra=["--heartbeat-write-interval", self.args.heartbeat_write_interval,
-                                           "--new-robots-per-second", "1000000", "--max-unapproved-robots", "1000000",
-                                           *self.args.bridge_arg])
-        self.bridge.start()
-        self.stopping.append(self.bridge.stop)
-        self.bridge_pid = self.bridge.process.pid
+        # A fleet registering all at once, with no manager to approve it: the bounds on new robots
+        # (docs/security.md) lifted, as for a mass onboarding.
+        extra = ["--heartbeat-write-interval", self.args.heartbeat_write_interval,
+                 "--new-robots-per-second", "1000000", "--max-unapproved-robots", "1000000", *self.args.bridge_arg]
+        if self.args.replicas == 0:
+            self.bridge = BridgeProcess(self.workdir / "bridge", self.broker, self.sim, log_level="info",
+                                        extra=extra)
+            self.bridge.start()
+            self.stopping.append(self.bridge.stop)
+            self.bridge_pids = [self.bridge.process.pid]
+        else:
+            names = [f"bridge-{i}" for i in range(self.args.replicas)]
+            members = [BridgeProcess(self.workdir / name, self.broker, self.sim, log_level="info",
+                                     extra=["--replica-id", name, *extra]) for name in names]
+            self.bridge = Replicas(members)
+            self.stopping.append(self.bridge.stop)
+            for member in members:
+                member.start()
+            wait_until(lambda: settled(self.sim, names), 60, "the replicas to share the slots")
+            self.bridge_pids = [member.process.pid for member in members]
         self.subscriber = Lines([str(self.args.bin / "robot_fleet"), "--broker", f"127.0.0.1:{self.broker.port}",
                                  "--count-topic", "k8s4r/robots/+/heartbeat"], self.log)
         self.stopping.append(self.subscriber.stop)
@@ -169,6 +218,12 @@ class Bench:
             except Exception as error:  # keep stopping the rest
                 print(f"while stopping: {error}", file=sys.stderr)
         self.log.close()
+
+    def bridge_figures(self):
+        """CPU of every bridge process together; RSS of the largest (each replica's is listed too)."""
+        each = [proc_figures(pid) for pid in self.bridge_pids]
+        return {"cpu_s": sum(f["cpu_s"] for f in each), "rss_kib": max(f["rss_kib"] for f in each),
+                "hwm_kib": max(f["hwm_kib"] for f in each), "rss_each_mib": [round(f["rss_kib"] / 1024, 1) for f in each]}
 
     def bridge_requests(self):
         counts = self.sim.request("GET", "/_sim/stats")[2]["requests"].get(BRIDGE_USER, {})
@@ -227,12 +282,12 @@ class Bench:
         time.sleep(1)  # the window starts once the fleet is sending (a measurement window, not a wait)
         t0 = time.monotonic_ns()
         bridge0, figures0, writes0 = (self.bridge.metric("k8s4r_bridge_messages_total", topic="heartbeat"),
-                                      proc_figures(self.bridge_pid), robot_writes())
+                                      self.bridge_figures(), robot_writes())
         sub0 = self.subscriber.count_at(t0)
         time.sleep(seconds)
         t1 = time.monotonic_ns()
         bridge1, figures1, writes1 = (self.bridge.metric("k8s4r_bridge_messages_total", topic="heartbeat"),
-                                      proc_figures(self.bridge_pid), robot_writes())
+                                      self.bridge_figures(), robot_writes())
         sub1 = self.subscriber.count_at(t1)
         answers = [shard.next_event(mark, 300) for shard, mark in zip(self.shards, marks)]
         window = (t1 - t0) / 1e9
@@ -244,6 +299,7 @@ class Bench:
             "bridge_cpu_cores": round((figures1["cpu_s"] - figures0["cpu_s"]) / window, 2),
             "bridge_rss_mib": round(figures1["rss_kib"] / 1024, 1),
             "bridge_peak_rss_mib": round(figures1["hwm_kib"] / 1024, 1),
+            "bridge_rss_each_mib": figures1["rss_each_mib"],
             "robot_writes": writes1 - writes0,
             "writes_per_robot_per_min": round((writes1 - writes0) / self.args.robots / (window / 60), 3),
             "window_s": round(window, 1),
@@ -258,9 +314,12 @@ class Bench:
     # ---- 3: status throughput ------------------------------------------------------
     def create_tasks(self, namespace, names, robots, labels, command=("/bin/true",)):
         for index, name in enumerate(names):
+            robot = robots[index % len(robots)]
+            # Labelled with its robot's slot, as the manager labels a Task it places (bridge replicas select theirs).
             task = {"apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Task",
-                    "metadata": {"name": name, "namespace": namespace, "labels": labels},
-                    "spec": {"name": name, "driver": "exec", "targetRobot": robots[index % len(robots)],
+                    "metadata": {"name": name, "namespace": namespace,
+                                 "labels": {**labels, "robot.k8s4r.io/slot": str(slot_of(robot))}},
+                    "spec": {"name": name, "driver": "exec", "targetRobot": robot,
                              "config": {"execConfig": {"command": command[0], "args": list(command[1:])}}}}
             status, _, body = self.sim.request("POST", TASKS.format(ns=namespace), task)
             assert status == 201, body
@@ -446,9 +505,16 @@ class Bench:
         last = self.bridge_requests()
         reads = {key: last.get(key, 0) - first.get(key, 0) for key in last
                  if key.split()[0] in ("get", "list")}
+        # Replicas read their Leases and the slot table every quarter of a retry period, list what has no slot label
+        # every 15 retry periods, and list again what a slot change gives them: by time, not by message.
+        by_time = ("leases", "configmaps") + (("robots", "tasks") if self.args.replicas else ())
+        membership = {k: v for k, v in reads.items() if k.split()[-1] in by_time and v}
+        reads = {k: v for k, v in reads.items() if k not in membership}
         messages = self.messages_handled()
         self.results["reads"] = {"messages": int(messages), "gets_and_lists": sum(reads.values()),
-                                 "by_request": {k: v for k, v in reads.items() if v}}
+                                 "by_request": {k: v for k, v in reads.items() if v}, "membership": membership}
+        if membership:
+            print(f"replicas' own reads (Leases, slot table, unlabelled objects), by time: {membership}")
         print(f"requests per message: {sum(reads.values())} GETs and LISTs for {int(messages)} MQTT messages "
               f"(the bridge's ServiceAccount, after its informers synced)")
         return sum(reads.values())
@@ -475,6 +541,8 @@ def main():
                         help="one more argument for the bridge (repeat: --bridge-arg=--heartbeat-ack-interval "
                              "--bridge-arg=1h)")
     parser.add_argument("--raw-seconds", type=float, default=5.0)
+    parser.add_argument("--replicas", type=int, default=0,
+                        help="bridge replicas sharing the fleet (0: one bridge without --replica-id)")
     parser.add_argument("--json", type=pathlib.Path, help="also write the figures here")
     args = parser.parse_args()
     if args.short:

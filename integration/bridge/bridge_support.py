@@ -16,7 +16,36 @@ from agent_support import AgentProcess, processes_marked  # noqa: E402,F401
 from conftest import binary, free_port, terminate, wait_until  # noqa: E402
 
 TOKEN = "s3cret-robot-1"
+SLOTS = 1024
+_M64 = (1 << 64) - 1
+
+
+def _fnv1a(text):
+    h = 0xcbf29ce484222325
+    for byte in text.encode():
+        h = ((h ^ byte) * 0x100000001b3) & _M64
+    return h
+
+
+def _mix(x):
+    x ^= x >> 33
+    x = (x * 0xff51afd7ed558ccd) & _M64
+    x ^= x >> 33
+    x = (x * 0xc4ceb9fe1a85ec53) & _M64
+    x ^= x >> 33
+    return x
+
+
+def slot_of(robot):
+    """common/slots.h's slot_of (pinned there, and by a test here: robot-1 -> 303)."""
+    return _mix(_fnv1a(robot)) % SLOTS
+
+
+def owner_among(slot, members):
+    """common/slots.h's rendezvous owner of a slot among bridge replicas."""
+    return max(sorted(members), key=lambda m: _mix(_fnv1a(m) ^ ((0x9e3779b97f4a7c15 * (slot + 1)) & _M64)))
 DEPLOY = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "bridge"
+DEPLOY_REPLICAS = DEPLOY.parent / "bridge-replicas"
 BRIDGE_USER = "system:serviceaccount:default:k8s4r-bridge"
 
 
@@ -37,8 +66,9 @@ def apply_rbac(sim, directory, account):
     return path
 
 
-def apply_bridge_rbac(sim):
-    return apply_rbac(sim, DEPLOY, "k8s4r-bridge")
+def apply_bridge_rbac(sim, replicas=False):
+    """deploy/bridge's RBAC, or deploy/bridge-replicas' (its Role and the replicas' own)."""
+    return apply_rbac(sim, DEPLOY_REPLICAS if replicas else DEPLOY, "k8s4r-bridge")
 
 
 @pytest.fixture
@@ -198,3 +228,21 @@ def wait_state(sim, name, state, timeout=20):
 def digest(token):
     return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 
+
+def slot_table(sim):
+    """The ConfigMap k8s4r-bridge-slots as an operator reads it: {slot: (owner, epoch, next)}, and its members."""
+    found = get(sim, "configmap", "k8s4r-bridge-slots")
+    if not found:
+        return {}, []
+    table = {}
+    for line in found["data"]["slots"].splitlines():
+        parts = line.split()
+        table[int(parts[0])] = (parts[1], int(parts[2]), parts[4] if len(parts) == 5 else "")
+    return table, [m for m in found["data"].get("members", "").split(",") if m]
+
+
+def settled(sim, members):
+    """Every slot owned by one of `members`, as rendezvous hashing over them says, none being handed over."""
+    table, listed = slot_table(sim)
+    return (sorted(listed) == sorted(members) and len(table) == SLOTS and
+            all(owner == owner_among(slot, members) and not nxt for slot, (owner, _, nxt) in table.items()))

@@ -2,78 +2,30 @@
 real agents, a real Mosquitto and the stand-in enforcing deploy/bridge-replicas' Role. Judged by side effects: each
 task appends a line to its own file, so a task run twice shows as two lines whatever the statuses say."""
 import json
-import pathlib
 import re
 import time
 
 import pytest
 
-from bridge_support import AgentProcess, BridgeProcess, apply_rbac, create_task, digest, dispatch, get
+from bridge_support import (SLOTS, AgentProcess, BridgeProcess, apply_bridge_rbac, create_task, digest, dispatch,
+                            get, owner_among, settled, slot_of, slot_table)
 from conftest import Observer, wait_until
 
-DEPLOY_REPLICAS = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "bridge-replicas"
 LEASE_SECONDS = 4
 REPLICA = ["--replica-lease-duration", f"{LEASE_SECONDS}s", "--replica-renew-deadline", "3s",
            "--replica-retry-period", "500ms", "--heartbeat-write-interval", "3s", "--dispatch-resend-after", "2s",
            "--heartbeat-ack-interval", "500ms"]
-SLOTS = 1024
-M64 = (1 << 64) - 1
-
-
-def _fnv1a(text):
-    h = 0xcbf29ce484222325
-    for byte in text.encode():
-        h = ((h ^ byte) * 0x100000001b3) & M64
-    return h
-
-
-def _mix(x):
-    x ^= x >> 33
-    x = (x * 0xff51afd7ed558ccd) & M64
-    x ^= x >> 33
-    x = (x * 0xc4ceb9fe1a85ec53) & M64
-    x ^= x >> 33
-    return x
-
-
-def slot_of(robot):
-    """common/slots.h's slot_of, pinned there by robot-1 -> 303."""
-    return _mix(_fnv1a(robot)) % SLOTS
-
-
-def owner_among(slot, members):
-    """common/slots.h's rendezvous owner of a slot among replicas."""
-    return max(sorted(members), key=lambda m: _mix(_fnv1a(m) ^ ((0x9e3779b97f4a7c15 * (slot + 1)) & M64)))
 
 
 def test_python_hash_is_the_bridges():
     assert [slot_of(r) for r in ("robot-1", "robot-001", "warehouse-7-amr-42")] == [303, 330, 415]
 
 
-def slot_table(sim):
-    """The ConfigMap k8s4r-bridge-slots as an operator reads it: {slot: (owner, epoch, next)}, and its members."""
-    found = get(sim, "configmap", "k8s4r-bridge-slots")
-    if not found:
-        return {}, []
-    table = {}
-    for line in found["data"]["slots"].splitlines():
-        parts = line.split()
-        table[int(parts[0])] = (parts[1], int(parts[2]), parts[4] if len(parts) == 5 else "")
-    return table, [m for m in found["data"].get("members", "").split(",") if m]
-
-
-def settled(sim, members):
-    """Every slot owned by one of `members`, as rendezvous hashing over them says, none being handed over."""
-    table, listed = slot_table(sim)
-    return (sorted(listed) == sorted(members) and len(table) == SLOTS and
-            all(owner == owner_among(slot, members) and not nxt for slot, (owner, _, nxt) in table.items()))
-
-
 @pytest.fixture
 def sim(kube_sim, tls_files):
     started = kube_sim("--authorization-mode=RBAC", token="admin-token", tls=tls_files)
     started.apply_crds()
-    started.bridge_kubeconfig = apply_rbac(started, DEPLOY_REPLICAS, "k8s4r-bridge")
+    started.bridge_kubeconfig = apply_bridge_rbac(started, replicas=True)
     return started
 
 
