@@ -70,6 +70,16 @@ def robots_per_owner(members, count, owners=None):
     raise AssertionError("not enough robots")
 
 
+def start_robots(sim, agents, members, per_owner):
+    """Agents for `per_owner` robots of each replica of `members`, once each has its Robot: ({replica: robots},
+    every robot, {robot: its agent})."""
+    chosen = robots_per_owner(members, per_owner)
+    robots = [r for group in chosen.values() for r in group]
+    started = {robot: agents(robot) for robot in robots}
+    wait_until(lambda: all(get(sim, "robot", r) for r in robots), 20, "every Robot to appear")
+    return chosen, robots, started
+
+
 def create_placed_task(sim, name, script, robot):
     """A Task as the manager leaves it once placed: spec.targetRobot and its robot's slot label, then dispatching."""
     sim.kubectl("apply", "-f", "-", input=json.dumps({
@@ -121,11 +131,7 @@ def test_three_replicas_share_the_slots_and_each_serves_only_its_robots(tmp_path
     wait_until(serving, 5, "each replica to serve its share")
     assert all(250 < n < 450 for n in served.values()), served
 
-    chosen = robots_per_owner(members, 2)
-    robots = [r for group in chosen.values() for r in group]
-    for robot in robots:
-        agents(robot)
-    wait_until(lambda: all(get(sim, "robot", r) for r in robots), 20, "every Robot to appear")
+    chosen, robots, _ = start_robots(sim, agents, members, 2)
     tasks = start_tasks(sim, tmp_path, robots, 3, 0)
     wait_until(lambda: all_completed(sim, tasks), 40, "every task to complete")
     assert_each_ran_once(sim, tasks)
@@ -151,12 +157,9 @@ def test_a_replica_killed_under_load_is_taken_over_and_its_stale_dispatches_are_
     for name in members:
         start(name)
     wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
-    chosen = robots_per_owner(members, 2)
-    robots = [r for group in chosen.values() for r in group]
     watcher = Observer(broker, ("k8s4r/robots/+/tasks/dispatch", "k8s4r/robots/+/acks"))
     try:
-        started = {robot: agents(robot) for robot in robots}
-        wait_until(lambda: all(get(sim, "robot", r) for r in robots), 20, "every Robot to appear")
+        chosen, robots, started = start_robots(sim, agents, members, 2)
         tasks = start_tasks(sim, tmp_path, robots, 4, 2)
         victim, victim_robot = "bridge-1", chosen["bridge-1"][0]
         stale = watcher.wait_for(f"k8s4r/robots/{victim_robot}/tasks/dispatch",
@@ -212,11 +215,7 @@ def test_a_replica_added_later_takes_a_share_without_a_task_running_twice(tmp_pa
     wait_until(lambda: settled(sim, ["bridge-0", "bridge-1"]), 20, "the slot table to settle on two")
     members = ["bridge-0", "bridge-1", "bridge-2"]
     # Two robots whose slots will move to the newcomer, and two of each other replica's that stay.
-    chosen = robots_per_owner(members, 2)
-    robots = [r for group in chosen.values() for r in group]
-    for robot in robots:
-        agents(robot)
-    wait_until(lambda: all(get(sim, "robot", r) for r in robots), 20, "every Robot to appear")
+    chosen, robots, _ = start_robots(sim, agents, members, 2)
     tasks = start_tasks(sim, tmp_path, robots, 3, 2)
     # While they run, and some are still being dispatched, a third replica joins.
     start("bridge-2")
