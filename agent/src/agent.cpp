@@ -69,7 +69,7 @@ struct Agent::Parts {
         store(open_store(config)),
         run_clock(store->clock(), loop.clock()),
         inbox(kMaxWaitingBytes),
-        contact(config.work_dir, loop.clock()),
+        contact(config.work_dir),
         link(make_link(link_events(loop))),
         durability(*store, loop,
                    {[this](const Result<void>& outcome) {
@@ -111,7 +111,10 @@ struct Agent::Parts {
       reports.on_ack(ack);
       if (store->has_staged()) durability.request(false);  // a new epoch, if nothing else
     };
-    listener.heard = [this] { contact.heard(); };
+    listener.contact = [this](SteadyTime sent) {
+      contact.heard(sent);
+      lifecycle.on_contact(sent);
+    };
     listener.notify = hooks.notify;
     return listener;
   }
@@ -200,7 +203,7 @@ struct Agent::Parts {
   RunClock run_clock;
   // Backpressure on received messages: a burst waits in the broker, not here.
   daemon::Inbox inbox;
-  ContactLease contact;  // when the bridge was last heard from, for the tasks' shims
+  ContactLease contact;  // when the robot was last in contact with the bridge, for the shims and the lifecycle
   std::unique_ptr<mqtt::Link> link;
   TaskTable tasks;
   Durability durability;
@@ -220,6 +223,10 @@ Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link,
   parts_->lifecycle.on_finished = [this](AgentTask&) {
     parts_->retention.prune();
     if (shutting_down_) check_shutdown_progress();
+  };
+  parts_->lifecycle.ask_for_contact = [this](SteadyTime since) {
+    parts_->session.heartbeat_cadence_changed();  // a held task's window counts too
+    parts_->session.ask_for_contact(since);
   };
   parts_->reports.on_delivered = [this] {
     if (shutting_down_) check_shutdown_progress();

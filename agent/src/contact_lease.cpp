@@ -13,8 +13,7 @@ namespace k8s4r::agent {
 
 std::string contact_file(const std::string& work_dir) { return (std::filesystem::path(work_dir) / "contact").string(); }
 
-ContactLease::ContactLease(const std::string& work_dir, const Clock& clock)
-    : path_(contact_file(work_dir)), clock_(clock) {
+ContactLease::ContactLease(const std::string& work_dir) : path_(contact_file(work_dir)) {
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd_ < 0) spdlog::error("cannot open {}: {}; tasks stop at their disconnect window", path_, std::strerror(errno));
 }
@@ -23,11 +22,12 @@ ContactLease::~ContactLease() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void ContactLease::heard() {
-  const SteadyTime now = clock_.steady();
-  if (fd_ < 0 || (written_ != SteadyTime{} && now - written_ < std::chrono::seconds(1))) return;
+void ContactLease::heard(SteadyTime sent) {
+  if (last_ && sent <= *last_) return;
+  last_ = sent;
+  if (fd_ < 0) return;
   char text[32];
-  const long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+  const long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(sent.time_since_epoch()).count();
   std::snprintf(text, sizeof text, "%020lld\n", ns);
   // One write of 21 bytes in place: a shim reading meanwhile sees the old
   // value or the new one, and checks again a second later.
@@ -38,7 +38,6 @@ void ContactLease::heard() {
     return;
   }
   warned_ = false;
-  written_ = now;
 }
 
 }  // namespace k8s4r::agent

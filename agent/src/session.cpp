@@ -166,17 +166,21 @@ void Session::send_heartbeat() {
   }
   const std::string topic =
       config_.legacy_topics ? std::string(topics::kHeartbeat) : topics::robot_heartbeat(config_.robot_id).value();
-  link_.publish(topic, encode(beat), 1, false, [this, generation = generation_](bool ok, const std::string& error) {
-    if (!ok) spdlog::warn("publishing heartbeat failed: {}", error);
-    // A Go K8s4r server sends no Ack: the broker taking a heartbeat is all
-    // the contact there is.
-    if (ok && config_.legacy_topics) {
-      loop_.post([this, generation] {
-        if (generation == generation_ && listener_.heard) listener_.heard();
-      });
-    }
-  });
-  heartbeat_sent_ = loop_.clock().steady();
+  const SteadyTime sent = loop_.clock().steady();
+  beats_sent_[*beat.timestamp] = sent;
+  while (beats_sent_.size() > 32) beats_sent_.erase(beats_sent_.begin());
+  link_.publish(topic, encode(beat), 1, false,
+                [this, generation = generation_, sent](bool ok, const std::string& error) {
+                  if (!ok) spdlog::warn("publishing heartbeat failed: {}", error);
+                  // A Go K8s4r server sends no Ack: the broker taking a
+                  // heartbeat is all the contact there is.
+                  if (ok && config_.legacy_topics) {
+                    loop_.post([this, generation, sent] {
+                      if (generation == generation_ && listener_.contact) listener_.contact(sent);
+                    });
+                  }
+                });
+  heartbeat_sent_ = sent;
   heartbeat_due_ = heartbeat_sent_ + std::chrono::duration_cast<SteadyTime::duration>(heartbeat_every());
   heartbeat_timer_ = loop_.at(heartbeat_due_, [this] { send_heartbeat(); });
 }
@@ -188,6 +192,11 @@ std::chrono::nanoseconds Session::heartbeat_every() const {
       every = std::min(every, std::max<std::chrono::nanoseconds>(1s, *window / 4));
   }
   return every;
+}
+
+void Session::ask_for_contact(SteadyTime since) {
+  if (!connected_ || stopped_ || (heartbeat_sent_ != SteadyTime{} && heartbeat_sent_ >= since)) return;
+  send_heartbeat();
 }
 
 void Session::heartbeat_cadence_changed() {
@@ -221,7 +230,6 @@ void Session::on_message(const std::string& topic, const std::string& payload) {
       if (listener_.prefetch) listener_.prefetch(payload);
       break;
     case topics::TopicKind::dispatch:
-      if (listener_.heard) listener_.heard();
       if (listener_.dispatch) listener_.dispatch(payload);
       break;
     case topics::TopicKind::acks: {
@@ -231,8 +239,12 @@ void Session::on_message(const std::string& topic, const std::string& payload) {
                      ack ? "it names robot " + ack.value().robot_id : ack.error().to_string());
         return;
       }
-      if (listener_.heard) listener_.heard();
       if (ack.value().heartbeat) {
+        if (auto beat = beats_sent_.find(*ack.value().heartbeat); beat != beats_sent_.end()) {
+          const SteadyTime sent = beat->second;
+          beats_sent_.erase(beats_sent_.begin(), std::next(beat));
+          if (listener_.contact) listener_.contact(sent);
+        }
         if (auto carried = artifacts_sent_.find(*ack.value().heartbeat); carried != artifacts_sent_.end()) {
           artifacts_acknowledged_ = carried->second;
           artifacts_sent_.erase(artifacts_sent_.begin(), std::next(carried));
@@ -257,7 +269,6 @@ void Session::on_register_response(const std::string& payload) {
     spdlog::warn("ignoring a register response for robot {}", response.value().robot_id);
     return;
   }
-  if (listener_.heard) listener_.heard();
   if (!response.value().success) {
     spdlog::warn("the bridge refused registration: {}; trying again", response.value().message);
     if (registered_) {

@@ -4,6 +4,10 @@
 //            directory and records the dispatch; nothing starts before that
 //            record is durable, so a restart knows the task and a dispatch
 //            sent again never runs it twice
+//   hold     a task that arrives (or is due to restart) while the robot has
+//            been out of contact with the bridge longer than its disconnect
+//            window waits for contact proven after that: its dispatch may
+//            have waited in the network while the manager replaced it
 //   begin    after the commit: artifacts fetched (off the loop), the
 //            directory given to the task's user, the run handed to the
 //            TaskRunner (which answers later: the loop never waits on a start)
@@ -69,6 +73,9 @@ class TaskLifecycle {
   void finish(AgentTask& task, TaskStatus status);
 
   // Events, on the loop.
+  // The bridge has the heartbeat the robot sent at `sent`: tasks held since
+  // then or earlier go on.
+  void on_contact(SteadyTime sent);
   void on_committed(const Result<void>& outcome);
   void on_started(const std::string& uid, Result<TaskProcess> processes);
   void on_exit(const TaskExit& exit);
@@ -99,9 +106,16 @@ class TaskLifecycle {
 
   // Called after a task finished (its final report queued).
   std::function<void(AgentTask& task)> on_finished;
+  // Called when a task is held: a heartbeat made at or after `since` is wanted.
+  std::function<void(SteadyTime since)> ask_for_contact;
 
  private:
   bool in_transit(const AgentTask& task) const;
+  // Out of contact for the task: its window has passed since the last
+  // contact (or there was none since the agent started).
+  bool out_of_contact(const AgentTask& task) const;
+  void hold(AgentTask& task);
+  void release(AgentTask& task);
   void begin(AgentTask& task);
   void start_run(AgentTask& task);
   bool hand_over(AgentTask& task);
@@ -119,6 +133,7 @@ class TaskLifecycle {
   std::vector<std::string> awaiting_commit_;    // accepted tasks, to begin once durable
   std::vector<TaskProcess> records_to_forget_;  // ended runs whose end the next commit makes durable
   std::uint64_t last_finished_order_ = 0;
+  std::optional<SteadyTime> contact_;  // the newest contact (on_contact)
   bool shutting_down_ = false;
 };
 

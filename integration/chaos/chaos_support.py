@@ -6,13 +6,10 @@ Every task of a chaos Job appends to RUNS/<task name>.log: "start <name> <uid> <
 "end ..." when it completes, and "stopped ..." when it is signalled. The judge then checks, per slot (a replica's
 task), that its work completed exactly once (`once`), that two copies of it never ran at the same time (`overlap`)
 and that each Task's recorded outcome is what its run did (`truth`)."""
-import json
 import os
 import pathlib
 import select
-import signal
 import socket
-import subprocess
 import sys
 import threading
 
@@ -32,9 +29,9 @@ STOP_AFTER = "4s"
 
 
 class Proxy:
-    """A TCP proxy from a free loopback port to the broker. blackhole() stops forwarding in both directions and
-    keeps the connections open, as a link that drops every packet does (neither side is told); heal() forwards
-    again. Connections made while blackholed are held, unanswered."""
+    """A TCP proxy from a free loopback port to the broker. blackhole() stops forwarding, in both directions or in
+    one, and keeps the connections open, as a link that drops every packet does (neither side is told); heal()
+    forwards again. Connections made while the robot's side is blackholed are held, unanswered."""
 
     def __init__(self, target_port):
         self.target_port = target_port
@@ -44,8 +41,9 @@ class Proxy:
         self.listener.listen(64)
         self.port = self.listener.getsockname()[1]
         self.url = f"tcp://127.0.0.1:{self.port}"
-        self.open = threading.Event()
-        self.open.set()
+        self.up = True    # robot -> broker
+        self.down = True  # broker -> robot
+        self.changed = threading.Condition()
         self.stopping = False
         self.pairs = []
         self.lock = threading.Lock()
@@ -67,14 +65,18 @@ class Proxy:
             threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
 
     def _pump(self, client, upstream):
-        sockets = [client, upstream]
         try:
             while not self.stopping:
-                self.open.wait()
-                readable, _, _ = select.select(sockets, [], [], 0.2)
-                if not self.open.is_set():
-                    continue  # blackholed: what arrived stays unread, nothing goes through
+                # What arrives in a blackholed direction stays unread: nothing goes through.
+                with self.changed:
+                    sources = [s for s, open_ in ((client, self.up), (upstream, self.down)) if open_]
+                    if not sources:
+                        self.changed.wait(0.2)
+                        continue
+                readable, _, _ = select.select(sources, [], [], 0.2)
                 for source in readable:
+                    if (source is client and not self.up) or (source is upstream and not self.down):
+                        continue
                     data = source.recv(65536)
                     if not data:
                         return
@@ -82,18 +84,23 @@ class Proxy:
         except OSError:
             pass
         finally:
-            for s in sockets:
+            for s in (client, upstream):
                 s.close()
 
-    def blackhole(self):
-        self.open.clear()
+    def blackhole(self, up=True, down=True):
+        """Drops what the robot sends (`up`), what it is sent (`down`), or both."""
+        with self.changed:
+            self.up, self.down = not up and self.up, not down and self.down
+            self.changed.notify_all()
 
     def heal(self):
-        self.open.set()
+        with self.changed:
+            self.up = self.down = True
+            self.changed.notify_all()
 
     def close(self):
         self.stopping = True
-        self.open.set()
+        self.heal()
         self.listener.close()
         with self.lock:
             for pair in self.pairs:
@@ -229,10 +236,13 @@ class Cluster:
                 if begin is not None:
                     intervals.append((begin, last, uid))
             intervals.sort()
-            for (a_start, a_end, a_uid), (b_start, b_end, b_uid) in zip(intervals, intervals[1:]):
-                if b_start < a_end:
-                    problems.append(f"slot {slot}: two copies at once ({a_uid} and {b_uid}, "
-                                    f"{(a_end - b_start) / 1e9:.1f} s)")
+            latest = None  # the run that ends last among those started so far
+            for begin, last, uid in intervals:
+                if latest and begin < latest[0]:
+                    problems.append(f"slot {slot}: two copies at once ({latest[1]} and {uid}, "
+                                    f"{(min(latest[0], last) - begin) / 1e9:.3f} s)")
+                if not latest or last > latest[0]:
+                    latest = (last, uid)
         for uid, task in by_uid.items():
             own = runs_of.get(uid, [])
             status = task.get("status", {})

@@ -6,6 +6,7 @@ The short form runs in ./scripts/test.sh: one round of each scenario, a dozen sh
   K8S4R_CHAOS_ROUNDS=3 K8S4R_CHAOS_TASKS=30 /usr/bin/python3 -m pytest -q integration/chaos
 (figures in docs/performance.md)."""
 import os
+import re
 import shutil
 import signal
 import time
@@ -30,6 +31,22 @@ def cluster_factory(tmp_path, kube_sim, tls_files):
     yield make
     for cluster in made:
         cluster.close()
+
+
+def is_replacement(task_name):
+    """A Task made to replace another: the manager names attempt N ...-aN."""
+    return re.search(r"-a[0-9]+$", task_name) is not None
+
+
+def assert_stopped_for_want_of_contact(cluster, job, uids):
+    """Each of these Tasks failed, and the truth is that its robot stopped it for want of contact, whichever came
+    first: its own report (Disconnected), or Lost with its end beside it."""
+    for task in cluster.tasks(job):
+        if task["metadata"]["uid"] in uids:
+            status = task["status"]
+            truth = status.get("reason") if status.get("reason") == "Disconnected" else \
+                (status.get("endOnRobot") or {}).get("reason")
+            assert status["state"] == "failed" and truth == "Disconnected", status
 
 
 def until_half_started(cluster, total):
@@ -109,9 +126,8 @@ def test_a_robot_cut_off_never_runs_a_task_beside_its_replacement(cluster_factor
     # Its tasks stopped by their shims, and replaced elsewhere.
     wait_until(lambda: victim_uids <= {line["uid"] for line in cluster.lines() if line["event"] == "stopped"}, 30,
                "the cut-off robot's tasks to be stopped there")
-    # (A replacement placed on the cut-off robot before the manager saw it go Offline is lost in turn: a
-    # window shorter than --robot-offline-after, as here, allows that.)
-    wait_until(lambda: any(line["robot"] != victim and "-a" in line["name"] for line in cluster.started()), 60,
+    # (A replacement is never placed on a robot silent for the task's lostAfter, though still Online.)
+    wait_until(lambda: any(line["robot"] != victim and is_replacement(line["name"]) for line in cluster.started()), 60,
                "a replacement to start elsewhere")
     if how == "stopped":
         cluster.agents[victim].process.send_signal(signal.SIGCONT)
@@ -120,13 +136,58 @@ def test_a_robot_cut_off_never_runs_a_task_beside_its_replacement(cluster_factor
     cluster.wait_job(job, 180)
     problems = cluster.judge(job, expect_once=False)  # a stopped run and its replacement: two starts, one end
     assert not problems, "\n".join(problems)
-    for task in cluster.tasks(job):
-        if task["metadata"]["uid"] in victim_uids:
-            status = task["status"]
-            # The truth, whichever came first: its own report (Disconnected), or Lost with its end beside it.
-            truth = status.get("reason") if status.get("reason") == "Disconnected" else \
-                (status.get("endOnRobot") or {}).get("reason")
-            assert status["state"] == "failed" and truth == "Disconnected", status
+    assert_stopped_for_want_of_contact(cluster, job, victim_uids)
+    assert cluster.job_state(job) == "completed"
+
+
+def test_a_dispatch_that_waited_out_a_cut_never_runs_beside_its_replacement(cluster_factory):
+    """The case an outside run found, made certain: a robot cut off (every packet dropped both ways) just as its
+    task is dispatched to it. The manager takes the task for lost after its lostAfter and runs it elsewhere (never
+    on the silent robot); when the link heals, the dispatch that waited in the network arrives, with the delete
+    sent when the task was marked lost behind it. The agent, out of contact for longer than the task's window,
+    holds it until the bridge answers a heartbeat made after it came: it never starts."""
+    cluster = cluster_factory()
+    job = "cut-at-dispatch"
+    victim = "robot-a"
+    cluster.proxies[victim].blackhole()
+    cluster.run_job(job, 4, 20, stop_after="4s")
+    placed = wait_until(lambda: [t for t in cluster.tasks(job) if t.get("spec", {}).get("targetRobot") == victim],
+                        30, "a task to be placed on the cut-off robot")
+    uid = placed[0]["metadata"]["uid"]
+    wait_until(lambda: any(is_replacement(line["name"]) for line in cluster.started()), 60, "a replacement to start")
+    assert all(line["robot"] != victim for line in cluster.started())
+    cluster.proxies[victim].heal()
+    agent = cluster.agents[victim]
+    wait_until(lambda: uid in agent.log_text(), 30, "the dispatch that waited to arrive")
+    cluster.wait_job(job, 180)
+    problems = cluster.judge(job)
+    assert not problems, "\n".join(problems)
+    assert not [line for line in cluster.lines() if line["robot"] == victim], "the dispatch that waited ran"
+    assert f"task {uid}: held before it starts" in agent.log_text()
+    assert cluster.job_state(job) == "completed"
+
+
+def test_a_robot_the_bridge_cannot_hear_stops_its_tasks_in_their_window_though_it_hears_the_bridge(cluster_factory):
+    """A link cut one way: the robot still receives (the bridge's resends of a dispatch it has not heard answered),
+    but nothing it sends arrives. Only an answered heartbeat is contact, so its task stops by its own window,
+    before the manager takes it for lost, and is recorded Disconnected."""
+    cluster = cluster_factory()
+    job = "one-way"
+    victim = "robot-a"
+    # In contact first (the bridge has answered a heartbeat): a task that arrives before that waits for it.
+    contact = cluster.agents[victim].work_dir / "contact"
+    wait_until(lambda: contact.exists() and contact.stat().st_size > 0, 30, "the robot to be in contact")
+    cluster.proxies[victim].blackhole(up=True, down=False)
+    cluster.run_job(job, 4, 20, stop_after="4s")
+    wait_until(lambda: any(line["robot"] == victim for line in cluster.started()), 30,
+               "a task to start on the robot the bridge cannot hear")
+    victim_uids = {line["uid"] for line in cluster.started() if line["robot"] == victim}
+    wait_until(lambda: any(is_replacement(line["name"]) for line in cluster.started()), 60, "a replacement to start")
+    cluster.proxies[victim].heal()
+    cluster.wait_job(job, 180)
+    problems = cluster.judge(job, expect_once=False)
+    assert not problems, "\n".join(problems)
+    assert_stopped_for_want_of_contact(cluster, job, victim_uids)
     assert cluster.job_state(job) == "completed"
 
 

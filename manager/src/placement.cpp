@@ -269,6 +269,11 @@ Placement place(const TaskNeeds& needs, const std::vector<RobotFacts>& robots) {
       refuse("phase " + phase, phase, phase);
       continue;
     }
+    if (needs.lost_after && robot.silent_for && *robot.silent_for >= *needs.lost_after) {
+      refuse("silent", "has been out of contact longer than the tasks' lostAfter",
+             "have been out of contact longer than the tasks' lostAfter");
+      continue;
+    }
     auto mismatch = std::find_if(needs.selector.begin(), needs.selector.end(), [&](const auto& wanted) {
       auto found = robot.labels.find(wanted.first);
       return found == robot.labels.end() || found->second != wanted.second;

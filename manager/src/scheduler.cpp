@@ -21,6 +21,7 @@
 
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/manager/result_cache.h"
+#include "k8s4r/manager/task_liveness.h"
 
 #include "k8s4r/common/slots.h"
 
@@ -38,6 +39,8 @@ std::vector<RobotFacts> Manager::robot_facts_for(const std::string& namespace_, 
   for (const auto& robot : robots_->list()) {
     if (crd::string_at(*robot, {"metadata", "namespace"}) != namespace_) continue;
     RobotFacts facts = robot_facts(*robot);
+    if (auto heartbeat = crd::timestamp_at(*robot, {"status", "lastHeartbeatTime"}))
+      facts.silent_for = elapsed(*heartbeat, now());
     load_.fill(facts, namespace_ + "/" + facts.name, group);
     out.push_back(std::move(facts));
   }
@@ -51,9 +54,14 @@ Placement Manager::plan_replica(const json& task_group, const TaskNeeds& needs, 
   const std::string group_key = key_of(task_group);
   TaskNeeds replica = needs;
   replica.cpu_milli = replica.memory_bytes = 0;
+  LivenessInputs liveness;
+  liveness.disconnect_stop_after = config_.disconnect_stop_after;
+  liveness.disconnect_margin = config_.disconnect_margin;
   for (const Unplaced& item : tasks) {
     replica.cpu_milli += item.cpu_milli;
     replica.memory_bytes += item.memory_bytes;
+    if (auto after = lost_after(item.task, liveness); after && (!replica.lost_after || *after < *replica.lost_after))
+      replica.lost_after = after;
   }
   Placement placement;
   {

@@ -124,8 +124,17 @@ std::optional<std::chrono::steady_clock::time_point> read_contact(const std::str
 // waits for its children, with no thread of its own.
 class ContactWatch {
  public:
+  // The window counts from the last contact, not from the task's start: the
+  // manager counts from the robot's last heartbeat, and a run that starts
+  // late in a silence must stop when the others do. The agent starts a run
+  // only in contact (a run due out of contact waits for it), so that is
+  // recent; a file from before a reboot (a time ahead of now), or none,
+  // counts from the start.
   ContactWatch(const ShimOptions& options, pid_t task)
-      : options_(options), task_(task), heard_(std::chrono::steady_clock::now()) {}
+      : options_(options), task_(task), heard_(std::chrono::steady_clock::now()) {
+    if (!enabled()) return;
+    if (auto contact = read_contact(options_.contact_file); contact && *contact <= heard_) heard_ = *contact;
+  }
 
   bool enabled() const { return !options_.contact_file.empty(); }
   bool stopped_task() const { return stopped_; }
@@ -143,8 +152,8 @@ class ContactWatch {
       return std::chrono::ceil<std::chrono::milliseconds>(kill_at_ - now);
     }
     if (stopped_) return std::chrono::milliseconds(1000);
-    // A contact older than the task's start (an agent started cut off) counts from the start.
-    if (auto contact = read_contact(options_.contact_file); contact && *contact > heard_) heard_ = *contact;
+    if (auto contact = read_contact(options_.contact_file); contact && *contact > heard_ && *contact <= now)
+      heard_ = *contact;
     const auto interval =
         std::clamp(options_.stop_after / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
     if (now - heard_ < options_.stop_after) return interval;

@@ -158,13 +158,25 @@ class AgentTest : public ::testing::Test {
         hooks);
   }
 
-  // Starts the agent and connects it.
-  void connect() {
+  // Starts the agent and connects it; `contact`: the bridge answers its
+  // first heartbeat.
+  void connect(bool contact = true) {
     agent_->start();
     settle();
     ASSERT_EQ(link_->connects, 1);
     link_->events.connected();
     settle();
+    if (contact) in_contact();
+  }
+  // The bridge acknowledges the newest heartbeat: the robot is in contact
+  // (a task arriving out of contact waits for that before it starts).
+  void in_contact() {
+    const auto beats = link_->on("/heartbeat");
+    if (beats.empty()) return;
+    Ack ack;
+    ack.robot_id = "robot-1";
+    ack.heartbeat = parse_heartbeat(beats.back()->payload).value().timestamp;
+    send_ack(ack);
   }
   // Runs what is ready, without moving time.
   void settle() { loop_.run_ready(); }
@@ -482,7 +494,7 @@ TEST_F(AgentTest, HeartbeatsKeepTheirIntervalAndListTheRunningTasks) {
 // later beats carry its fingerprint alone, until it changes or the bridge
 // says it lost the list.
 TEST_F(AgentTest, HeartbeatsListTheArtifactStoreUntilABeatThatListedItIsAcknowledgedAndWhenTheBridgeAsks) {
-  connect();
+  connect(false);
   ASSERT_EQ(heartbeats().size(), 1u);
   const Heartbeat first = heartbeats()[0];
   ASSERT_TRUE(first.artifacts);
@@ -1042,35 +1054,113 @@ std::optional<SteadyTime> contact_in(const std::string& work_dir) {
   return SteadyTime(std::chrono::nanoseconds(std::stoll(text)));
 }
 
-TEST_F(AgentTest, TheContactFileIsRenewedWhenTheBridgeIsHeardFromNotWhenTheBrokerAcknowledges) {
-  connect();
-  acknowledge_all();  // the broker's PUBACKs: not the bridge
+TEST_F(AgentTest, TheContactFileSaysWhenTheNewestHeartbeatTheBridgeAnsweredWasSent) {
+  connect(false);
+  const SteadyTime first = clock_.steady();  // the heartbeat on connecting
+  acknowledge_all();                         // the broker's PUBACKs: not the bridge
   EXPECT_FALSE(contact_in(config_.work_dir));
   advance(5s);
-  send_ack(Ack{"robot-1", {}, clock_.wall()});
-  EXPECT_EQ(contact_in(config_.work_dir), clock_.steady());
-  const SteadyTime first = clock_.steady();
-  advance(500ms);
-  send_ack(Ack{"robot-1", {}, clock_.wall()});
-  EXPECT_EQ(contact_in(config_.work_dir), first);  // at most once a second
-  advance(600ms);
-  dispatch("t-1");  // a dispatch comes from the bridge too
-  EXPECT_EQ(contact_in(config_.work_dir), clock_.steady());
+  send_ack(Ack{"robot-1", {}, clock_.wall()});  // an Ack of reports only: it may have waited anywhere
+  dispatch("t-0", "/bin/true", R"(,"disconnect":{"stopOnRobotAfter":"45s"})");  // so may a dispatch
+  EXPECT_FALSE(contact_in(config_.work_dir));
+  in_contact();  // echoes the newest heartbeat: asked for by t-0, sent 5 s after the first
+  EXPECT_EQ(contact_in(config_.work_dir), first + 5s);
+  Ack older{"robot-1", {}, clock_.wall()};
+  older.heartbeat = heartbeats()[0].timestamp;  // an answer that waited: proves less
+  send_ack(older);
+  EXPECT_EQ(contact_in(config_.work_dir), first + 5s);
   // A task's stop window: its own, else the agent's default.
-  dispatch("t-2", "/bin/true", R"(,"disconnect":{"stopOnRobotAfter":"45s"})");
+  dispatch("t-1");
   ASSERT_EQ(runner_->starts.size(), 2u);
-  EXPECT_EQ(runner_->starts[0].stop_after_disconnect, config_.disconnect_stop_after);
-  EXPECT_EQ(runner_->starts[1].stop_after_disconnect, 45s);
+  EXPECT_EQ(runner_->starts[0].stop_after_disconnect, 45s);
+  EXPECT_EQ(runner_->starts[1].stop_after_disconnect, config_.disconnect_stop_after);
 }
 
 TEST_F(AgentTest, WithAGoK8s4rServerTheBrokerTakingAHeartbeatIsTheContact) {
   config_.legacy_topics = true;
   make_agent();
-  connect();
+  connect(false);
   EXPECT_FALSE(contact_in(config_.work_dir));
-  link_->on("/heartbeat").back()->done(true, "");
+  const SteadyTime sent = clock_.steady();
+  advance(1s);
+  link_->on("/heartbeat").front()->done(true, "");
   settle();
-  EXPECT_EQ(contact_in(config_.work_dir), clock_.steady());
+  EXPECT_EQ(contact_in(config_.work_dir), sent);
+}
+
+// The outside run's case: a robot cut off while its dispatch was on the
+// way; the manager replaced the task meanwhile and deleted it. The dispatch
+// arrives when the link heals, with the delete right behind it.
+TEST_F(AgentTest, ADispatchThatArrivesOutOfContactWaitsForAnAnsweredHeartbeatAndADeleteMeanwhileMeansItNeverRuns) {
+  connect();
+  advance(2min + 15s);  // heartbeats every 10 s, none answered: out of contact longer than the 2m window
+  const std::size_t beats = heartbeats().size();
+  dispatch("t-1");
+  EXPECT_TRUE(runner_->starts.empty());
+  ASSERT_EQ(heartbeats().size(), beats + 1);  // asked for at once, listing it
+  EXPECT_EQ(heartbeats().back().running_tasks, std::vector<std::string>{"t-1"});
+  cancel("t-1");
+  EXPECT_TRUE(runner_->starts.empty());
+  const TaskStatus end = reports_for("t-1").back();
+  EXPECT_EQ(end.state, TaskRunState::failed);
+  EXPECT_EQ(end.reason, "Cancelled");
+  in_contact();
+  advance(5min);
+  EXPECT_TRUE(runner_->starts.empty());
+}
+
+TEST_F(AgentTest, AHeldDispatchStartsOnceTheBridgeAnswersAHeartbeatMadeAfterItCame) {
+  connect();
+  advance(2min + 15s);
+  const Heartbeat before = heartbeats().back();  // 5 s ago
+  dispatch("t-1", "/bin/true", R"(,"disconnect":{"stopOnRobotAfter":"60s"})");
+  ASSERT_TRUE(runner_->starts.empty());
+  Ack stale{"robot-1", {}, clock_.wall()};
+  stale.heartbeat = before.timestamp;  // made before the dispatch came
+  send_ack(stale);
+  EXPECT_TRUE(runner_->starts.empty());
+  advance(1s);
+  in_contact();
+  ASSERT_EQ(runner_->starts.size(), 1u);
+  runner_->start_ok("t-1");
+  settle();
+  EXPECT_EQ(reports_for("t-1").back().state, TaskRunState::running);
+  // In contact now: the next one starts at once.
+  dispatch("t-2", "/bin/true", R"(,"disconnect":{"stopOnRobotAfter":"60s"})");
+  EXPECT_EQ(runner_->starts.size(), 2u);
+}
+
+TEST_F(AgentTest, AHeldDispatchWithoutContactForItsWindowIsFailedDisconnectedAndARestartIsHeldToo) {
+  connect();
+  advance(31s);
+  dispatch("t-1", "/bin/true", R"(,"disconnect":{"stopOnRobotAfter":"30s"})");
+  ASSERT_TRUE(runner_->starts.empty());
+  advance(29s);
+  EXPECT_TRUE(reports_for("t-1").empty());
+  advance(1s);
+  ASSERT_FALSE(reports_for("t-1").empty());
+  const TaskStatus refused = reports_for("t-1").back();
+  EXPECT_EQ(refused.state, TaskRunState::failed);
+  EXPECT_EQ(refused.reason, "Disconnected");
+  EXPECT_NE(refused.message.find("not started"), std::string::npos) << refused.message;
+  EXPECT_TRUE(runner_->starts.empty());
+
+  // A restart that comes due out of contact waits too.
+  in_contact();
+  dispatch(
+      "t-2", "/bin/false",
+      R"(,"disconnect":{"stopOnRobotAfter":"30s"},"restartPolicy":{"attempts":1,"interval":"1h","delay":"40s","mode":"fail"})");
+  ASSERT_EQ(runner_->starts.size(), 1u);
+  runner_->start_ok("t-2");
+  settle();
+  runner_->exit("t-2", 1);
+  settle();
+  advance(40s);  // due, 40 s after the last contact
+  EXPECT_EQ(runner_->starts.size(), 1u);
+  advance(1s);
+  in_contact();
+  ASSERT_EQ(runner_->starts.size(), 2u);
+  EXPECT_EQ(runner_->starts[1].run, 1);
 }
 
 TEST_F(AgentTest, ATaskItsShimStoppedForWantOfContactIsReportedDisconnected) {

@@ -137,6 +137,28 @@ TEST(Place, ARobotHoldingTheTasksArtifactsCountsEachAsATaskFewerAfterTheSpread) 
   EXPECT_EQ(place({}, robots).artifacts_wanted, 0u);
 }
 
+TEST(Place, ARobotSilentForTheTasksLostAfterIsNotChosenThoughStillOnline) {
+  // The manager takes a robot's tasks for lost after lostAfter without a
+  // heartbeat, before it calls the robot Offline: what it placed there in
+  // between would be lost at once, and could run when the robot comes back.
+  using namespace std::chrono_literals;
+  std::vector<RobotFacts> robots = {robot("a"), robot("b")};
+  robots[0].silent_for = 7s;  // the least loaded, and silent
+  robots[1].tasks = 3;
+  robots[1].silent_for = 1s;
+  TaskNeeds needs;
+  needs.lost_after = 7s;
+  EXPECT_EQ(place(needs, robots).robot, "b");
+  robots[0].silent_for = 6900ms;
+  EXPECT_EQ(place(needs, robots).robot, "a");
+  robots[0].silent_for = 10s;
+  robots[1].silent_for = 8s;
+  const Placement none = place(needs, robots);
+  EXPECT_FALSE(none.robot);
+  EXPECT_NE(none.why.find("out of contact longer than the tasks' lostAfter"), std::string::npos) << none.why;
+  EXPECT_EQ(place({}, robots).robot, "a");  // tasks that wait for their robot (no lostAfter): as before
+}
+
 TEST(Place, SaysWhyNothingFits) {
   std::vector<RobotFacts> robots = {robot("a", "Online", {{"zone", "lab-b"}}),
                                     robot("b", "Online", {{"zone", "lab-b"}}),

@@ -55,8 +55,8 @@ struct ShimSpec {
   std::string cgroup;            // the task's cgroup, created empty; "" where tasks get none
   SpareShims* spares = nullptr;  // spares of `path` kept ready (spare_shims.h); none: one is started
   // The agent's contact file and the task's disconnect.stopOnRobotAfter: the
-  // shim stops the task once the file says the bridge was last heard from
-  // that long ago (shim.h). "" or 0: never.
+  // shim stops the task once the file says the robot was last in contact
+  // with the bridge that long ago (shim.h). "" or 0: never.
   std::string contact_file;
   std::chrono::nanoseconds stop_after{0};
   std::chrono::nanoseconds kill_after{0};

@@ -33,7 +33,7 @@ struct RunRequest {
   std::int64_t run = 0;  // which run of the task (0, then one more per restart): names its exit record
   std::optional<std::chrono::nanoseconds> timeout;
   std::chrono::nanoseconds kill_timeout{0};
-  // Stopped once the agent has heard nothing from the bridge this long (its
+  // Stopped once the robot has been out of contact with the bridge this long (its
   // disconnect.stopOnRobotAfter; 0: never), even if the agent is hung.
   std::chrono::nanoseconds stop_after_disconnect{0};
 };

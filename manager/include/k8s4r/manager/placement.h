@@ -31,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -70,6 +71,9 @@ struct RobotFacts {
   int tasks = 0;                                           // tasks not yet ended
   int tasks_of_group = 0;                                  // of the group being placed
   std::set<std::string> artifacts;                         // checksums its store holds (status.artifacts.held)
+  // How long since its last heartbeat (status.lastHeartbeatTime), as of the
+  // decision; none without one. The caller's, as it knows the time.
+  std::optional<std::chrono::nanoseconds> silent_for;
 };
 // The attributes and capacity of a Robot resource (its labels, name and
 // deviceInfo); usage and counts are the caller's.
@@ -83,6 +87,10 @@ struct TaskNeeds {
   // robots that fit, after the group's spread, each one a robot holds counts
   // as one task fewer in its load (and breaks a tie); never a requirement.
   std::vector<std::string> artifacts;
+  // The shortest lostAfter of the tasks (task_liveness.h): a robot silent
+  // that long is not chosen, as they would be lost there at once, and what
+  // was sent to it could run when it comes back beside their replacements.
+  std::optional<std::chrono::nanoseconds> lost_after;
 };
 
 struct Placement {

@@ -36,9 +36,11 @@
 //     the task started (so a disk that fills up meanwhile cannot lose it),
 //     and exits 0.
 // With --contact-file, while the task runs the shim reads FILE once a second:
-// the CLOCK_MONOTONIC time (nanoseconds, 20 digits) at which the agent last
-// heard from the bridge. When that is --stop-after ago or more (the task's
-// disconnect.stopOnRobotAfter), its robot is cut off, and the manager will
+// the CLOCK_MONOTONIC time (nanoseconds, 20 digits) as of which the robot was
+// last in contact with the bridge (it sent the newest heartbeat the bridge
+// answered). When that is --stop-after ago or more (the task's
+// disconnect.stopOnRobotAfter), counted from the contact even for a task
+// started after it, its robot is cut off, and the manager will
 // take the task for lost and run it elsewhere: the shim stops it (SIGTERM,
 // then SIGKILL --kill-after later) and records "stopped":"disconnected". It
 // does so whether the agent itself is cut off, hung or stopped: a task never
