@@ -83,7 +83,7 @@ struct Agent::Parts {
         artifacts(open_artifact_store(config), config.work_dir + "/prefetch"),
         lifecycle(config, tasks, *store, durability, reports, *runner, artifacts, work_dir, run_clock, loop),
         retention(config, tasks, *store, durability, work_dir, run_clock, loop),
-        intake(tasks, *store, lifecycle, retention),
+        intake(tasks, *store, lifecycle, retention, loop.clock()),
         recovery(config, tasks, *store, *runner, lifecycle, work_dir, loop.clock()),
         session(config, loop, *link, robot_report(), session_listener(hooks, config.robot_id)) {}
 

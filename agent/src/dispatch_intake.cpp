@@ -1,5 +1,6 @@
 #include "dispatch_intake.h"
 
+#include "k8s4r/common/duration.h"
 #include "k8s4r/common/identifiers.h"
 
 #include <spdlog/spdlog.h>
@@ -98,7 +99,7 @@ void DispatchIntake::on_dispatch(const std::string& payload) {
           to_string(dispatch.action), uid, *dispatch.epoch, store_.epoch());
       return;
     }
-    store_.raise_epoch(*dispatch.epoch);
+    raise_epoch(*dispatch.epoch, "a dispatch");
   }
   // Taken once this call returns (the loop builds no heartbeat meanwhile):
   // its task is held, answered or refused with a report.
@@ -147,7 +148,26 @@ void DispatchIntake::on_dispatch(const std::string& payload) {
 }
 
 void DispatchIntake::note_epoch(std::optional<std::int64_t> epoch) {
-  if (epoch) store_.raise_epoch(*epoch);
+  if (epoch) raise_epoch(*epoch, "an Ack");
+}
+
+void DispatchIntake::raise_epoch(std::int64_t epoch, const char* from) {
+  if (epoch <= store_.epoch()) return;
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock_.wall().time_since_epoch()).count();
+  const auto lead_ms = std::chrono::duration_cast<std::chrono::milliseconds>(kMaxEpochLead).count();
+  if (epoch - now_ms > lead_ms) {
+    // Once a minute at most, as a flood of them may come.
+    if (!epoch_warned_at_ || clock_.steady() - *epoch_warned_at_ >= std::chrono::minutes(1)) {
+      spdlog::warn(
+          "not keeping epoch {} from {}: it is more than {} ahead of this robot's clock (epochs are a bridge "
+          "replica's clock in ms); a forgery on a broker without per-robot ACLs, or this robot's clock is far "
+          "behind (is it set?)",
+          epoch, from, format_go_duration(kMaxEpochLead));
+      epoch_warned_at_ = clock_.steady();
+    }
+    return;
+  }
+  store_.raise_epoch(epoch);
 }
 
 }  // namespace k8s4r::agent

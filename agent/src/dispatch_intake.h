@@ -14,6 +14,7 @@
 #include "retention.h"
 #include "task_lifecycle.h"
 
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -21,8 +22,17 @@ namespace k8s4r::agent {
 
 class DispatchIntake {
  public:
-  DispatchIntake(TaskTable& tasks, StateStore& store, TaskLifecycle& lifecycle, Retention& retention)
-      : tasks_(tasks), store_(store), lifecycle_(lifecycle), retention_(retention) {}
+  // Epochs are minted from a bridge replica's clock, in milliseconds since
+  // 1970 (bridge/src/slot_table.cpp). One more than this far ahead of the
+  // robot's own clock is not kept (the message is still taken): on a broker
+  // that lets anyone publish to the robot's topics (no per-robot ACL,
+  // against docs/security.md) a forged epoch near 2^53 would otherwise fence
+  // out every real dispatch for good.
+  static constexpr std::chrono::hours kMaxEpochLead{1};
+
+  DispatchIntake(TaskTable& tasks, StateStore& store, TaskLifecycle& lifecycle, Retention& retention,
+                 const Clock& clock)
+      : tasks_(tasks), store_(store), lifecycle_(lifecycle), retention_(retention), clock_(clock) {}
 
   void on_dispatch(const std::string& payload);
   // The epoch of the replica serving this robot, from an Ack: dispatches
@@ -35,11 +45,16 @@ class DispatchIntake {
   std::optional<Timestamp> newest_dispatch() const { return newest_dispatch_; }
 
  private:
+  // Keeps `epoch` as the newest, unless it is implausibly far ahead.
+  void raise_epoch(std::int64_t epoch, const char* from);
+
   TaskTable& tasks_;
   StateStore& store_;
   TaskLifecycle& lifecycle_;
   Retention& retention_;
+  const Clock& clock_;
   std::optional<Timestamp> newest_dispatch_;
+  std::optional<SteadyTime> epoch_warned_at_;
 };
 
 // task.metadata.uid of a payload that did not parse, when it can be read

@@ -865,6 +865,37 @@ TEST_F(AgentTest, ADispatchFromAReplicaThatLostTheRobotsSlotIsRefusedAndTheNewes
   EXPECT_EQ(runner_->starts.size(), before + 1);
 }
 
+TEST_F(AgentTest, AnEpochFarAheadOfTheRobotsClockIsNotKeptSoAForgeryCannotFenceOutTheRealBridge) {
+  // Epochs are a replica's clock in ms. On a broker without per-robot ACLs
+  // anyone may send an Ack with epoch 2^53; kept, it would refuse every real
+  // dispatch for good.
+  connect();
+  const std::int64_t now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(clock_.wall().time_since_epoch()).count();
+  Ack forged;
+  forged.robot_id = "robot-1";
+  forged.epoch = std::int64_t{1} << 53;
+  send_ack(forged);
+  Ack ahead = forged;
+  ahead.epoch = now_ms + 3'600'001;  // more than an hour ahead
+  send_ack(ahead);
+  const auto create = [&](const std::string& uid, std::int64_t epoch) {
+    link_->events.message(
+        "k8s4r/robots/robot-1/tasks/dispatch",
+        R"({"action":"create","epoch":)" + std::to_string(epoch) + R"(,"task":{"metadata":{"name":"t","uid":")" + uid +
+            R"("},"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task","spec":{"name":"t","driver":"exec","config":{"execConfig":{"command":"/bin/true"}}}}})");
+    settle();
+  };
+  create("t-real", now_ms - 60'000);  // the real owner's, minted a minute ago
+  EXPECT_EQ(runner_->starts.size(), 1u);
+  // Within the hour (a bridge whose clock is a little ahead): kept.
+  Ack near = forged;
+  near.epoch = now_ms + 3'000'000;
+  send_ack(near);
+  create("t-older", now_ms);
+  EXPECT_EQ(runner_->starts.size(), 1u);
+}
+
 TEST_F(AgentTest, ATaskThisRobotReportedOnAndHasNoRecordOfIsNeverRunAgain) {
   // The work dir was wiped (or restored from an older copy): the bridge sends
   // the robot's running Task again when it registers, with the seq of the
