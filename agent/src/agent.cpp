@@ -111,9 +111,9 @@ struct Agent::Parts {
       reports.on_ack(ack);
       if (store->has_staged()) durability.request(false);  // a new epoch, if nothing else
     };
-    listener.contact = [this](SteadyTime sent) {
+    listener.contact = [this](SteadyTime sent, std::uint64_t beat) {
       contact.heard(sent);
-      lifecycle.on_contact(sent);
+      lifecycle.on_contact(sent, beat);
     };
     listener.notify = hooks.notify;
     return listener;
@@ -224,9 +224,10 @@ Agent::Agent(AgentConfig config, daemon::EventLoop& loop, LinkFactory make_link,
     parts_->retention.prune();
     if (shutting_down_) check_shutdown_progress();
   };
-  parts_->lifecycle.ask_for_contact = [this](SteadyTime since) {
+  parts_->lifecycle.next_beat = [this] { return parts_->session.next_beat(); };
+  parts_->lifecycle.ask_for_contact = [this](std::uint64_t beat) {
     parts_->session.heartbeat_cadence_changed();  // a held task's window counts too
-    parts_->session.ask_for_contact(since);
+    parts_->session.ask_for_contact(beat);
   };
   parts_->reports.on_delivered = [this] {
     if (shutting_down_) check_shutdown_progress();

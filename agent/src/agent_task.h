@@ -6,7 +6,6 @@
 #include "k8s4r/agent/kill_schedule.h"
 #include "k8s4r/agent/process.h"
 #include "k8s4r/agent/restart_tracker.h"
-#include "k8s4r/common/clock.h"
 #include "k8s4r/common/messages.h"
 
 #include <nlohmann/json.hpp>
@@ -48,11 +47,11 @@ struct AgentTask {
   // (or a start not yet answered) must then not lead to a restart.
   std::optional<StopReason> stop_requested;
   std::uint64_t restart_timer = 0;
-  // Held before a run (its create, or a restart) since then: the robot had
-  // been out of contact longer than its disconnect window, so it waits for
-  // contact proven after that (TaskLifecycle::on_contact); failed, reason
-  // Disconnected, if none comes within the window.
-  std::optional<SteadyTime> held_since;
+  // Held before a run (its first, or a restart): the robot had been out of
+  // contact too long, so it waits for the bridge to answer a heartbeat
+  // numbered this or later (TaskLifecycle::on_contact); failed, reason
+  // Disconnected, if none is answered within its window.
+  std::optional<std::uint64_t> held_for_beat;
   std::uint64_t hold_timer = 0;
   std::optional<Timestamp> started_at;
   std::optional<TaskStatus> last_report;

@@ -62,7 +62,7 @@ std::vector<daemon::Setting> settings(AgentConfig& c) {
       {"kill-timeout", daemon::ValueType::Duration, "grace between SIGTERM and SIGKILL when a task sets none (5s)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.default_kill_timeout); }},
       {"disconnect-stop-after", daemon::ValueType::Duration,
-       "a task whose spec.disconnect says nothing is stopped after this long without word from the bridge, as the "
+       "a task whose spec.disconnect says nothing is stopped after this long without contact with the bridge, as the "
        "manager then runs it elsewhere; 0s: never (2m; the manager's --disconnect-stop-after must "
        "say the same)",
        [&c](const std::string& v) { return daemon::parse_non_negative_duration(v, c.disconnect_stop_after); }},

@@ -167,16 +167,17 @@ void Session::send_heartbeat() {
   const std::string topic =
       config_.legacy_topics ? std::string(topics::kHeartbeat) : topics::robot_heartbeat(config_.robot_id).value();
   const SteadyTime sent = loop_.clock().steady();
-  beats_sent_[*beat.timestamp] = sent;
+  const std::uint64_t number = ++beats_made_;
+  beats_sent_[number] = BeatSent{*beat.timestamp, sent};
   while (beats_sent_.size() > 32) beats_sent_.erase(beats_sent_.begin());
   link_.publish(topic, encode(beat), 1, false,
-                [this, generation = generation_, sent](bool ok, const std::string& error) {
+                [this, generation = generation_, sent, number](bool ok, const std::string& error) {
                   if (!ok) spdlog::warn("publishing heartbeat failed: {}", error);
                   // A Go K8s4r server sends no Ack: the broker taking a
                   // heartbeat is all the contact there is.
                   if (ok && config_.legacy_topics) {
-                    loop_.post([this, generation, sent] {
-                      if (generation == generation_ && listener_.contact) listener_.contact(sent);
+                    loop_.post([this, generation, sent, number] {
+                      if (generation == generation_ && listener_.contact) listener_.contact(sent, number);
                     });
                   }
                 });
@@ -194,8 +195,8 @@ std::chrono::nanoseconds Session::heartbeat_every() const {
   return every;
 }
 
-void Session::ask_for_contact(SteadyTime since) {
-  if (!connected_ || stopped_ || (heartbeat_sent_ != SteadyTime{} && heartbeat_sent_ >= since)) return;
+void Session::ask_for_contact(std::uint64_t beat) {
+  if (!connected_ || stopped_ || beats_made_ >= beat) return;
   send_heartbeat();
 }
 
@@ -240,10 +241,14 @@ void Session::on_message(const std::string& topic, const std::string& payload) {
         return;
       }
       if (ack.value().heartbeat) {
-        if (auto beat = beats_sent_.find(*ack.value().heartbeat); beat != beats_sent_.end()) {
-          const SteadyTime sent = beat->second;
-          beats_sent_.erase(beats_sent_.begin(), std::next(beat));
-          if (listener_.contact) listener_.contact(sent);
+        // The newest with that timestamp (a clock stepped back may repeat one).
+        for (auto beat = beats_sent_.rbegin(); beat != beats_sent_.rend(); ++beat) {
+          if (beat->second.timestamp != *ack.value().heartbeat) continue;
+          const std::uint64_t number = beat->first;
+          const SteadyTime sent = beat->second.sent;
+          beats_sent_.erase(beats_sent_.begin(), beats_sent_.upper_bound(number));
+          if (listener_.contact) listener_.contact(sent, number);
+          break;
         }
         if (auto carried = artifacts_sent_.find(*ack.value().heartbeat); carried != artifacts_sent_.end()) {
           artifacts_acknowledged_ = carried->second;

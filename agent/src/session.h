@@ -52,13 +52,14 @@ struct SessionListener {
   // What the robot is to keep in its artifact store ahead of need (a Prefetch).
   std::function<void(const std::string& payload)> prefetch;
   std::function<void(const Ack& ack)> ack;  // the bridge's acknowledgements
-  // The bridge has this robot's heartbeat sent at `sent` (the steady
-  // clock's time): an Ack echoes its timestamp; with legacy-topics (no
+  // The bridge has this robot's heartbeat number `beat` (they are counted
+  // from 1 as the agent runs), sent at `sent` (the steady clock's time): an
+  // Ack echoes its timestamp; with legacy-topics (no
   // Acks), the broker took it. The robot is in contact as of then
   // (contact_lease.h). Nothing else counts: a dispatch, an Ack of reports or
   // a register response may have waited in the network or the broker for
   // any time, and says nothing of whether the bridge hears this robot now.
-  std::function<void(SteadyTime sent)> contact;
+  std::function<void(SteadyTime sent, std::uint64_t beat)> contact;
   std::function<void(const std::string&)> notify;  // sd_notify
 };
 
@@ -88,9 +89,12 @@ class Session {
   // heartbeat-interval, or a quarter of the shortest disconnect window of
   // the running tasks when that is shorter (never under 1 s).
   std::chrono::nanoseconds heartbeat_every() const;
-  // A heartbeat made at or after `since` is wanted (a task waits for
-  // contact proven after it arrived): sent now, unless one is on its way.
-  void ask_for_contact(SteadyTime since);
+  // An answered heartbeat numbered `beat` or later is wanted (a task waits
+  // for contact proven after it was held): one is sent now, unless such a
+  // one was sent already.
+  void ask_for_contact(std::uint64_t beat);
+  // The number the next heartbeat will carry.
+  std::uint64_t next_beat() const { return beats_made_ + 1; }
   // No more reconnects, registers or heartbeats.
   void stop();
   // Publishes presence offline (retained), then `done` on the loop.
@@ -126,9 +130,14 @@ class Session {
   // their timestamp and fingerprint (the newest few).
   std::string artifacts_acknowledged_;
   std::map<Timestamp, std::string> artifacts_sent_;
-  // The newest heartbeats sent, by timestamp, with when they were sent: an
-  // Ack that echoes one proves contact as of then.
-  std::map<Timestamp, SteadyTime> beats_sent_;
+  // The newest heartbeats sent, by number, with their timestamp and when
+  // they were sent: an Ack that echoes one proves contact as of then.
+  struct BeatSent {
+    Timestamp timestamp;
+    SteadyTime sent;
+  };
+  std::map<std::uint64_t, BeatSent> beats_sent_;
+  std::uint64_t beats_made_ = 0;
 };
 
 }  // namespace k8s4r::agent

@@ -112,89 +112,80 @@ void TaskLifecycle::create(const Dispatch& dispatch) {
   awaiting_commit_.push_back(uid);
   durability_.request();
   spdlog::info("task {} ({}): accepted", uid, task.name);
-  if (out_of_contact(task)) hold(task);
 }
 
 bool TaskLifecycle::out_of_contact(const AgentTask& task) const {
   const auto window = stop_after_disconnect(task);
   if (window <= std::chrono::nanoseconds::zero()) return false;  // it runs however long the robot is cut off
-  return !contact_ || loop_.clock().steady() - *contact_ >= window;
+  // Its shim counts the window from the last contact: a run starts with at
+  // least half of it ahead, time for the bridge to answer a heartbeat.
+  return !contact_ || loop_.clock().steady() - *contact_ >= window / 2;
 }
 
 // Why: the manager replaces a task once its robot has been silent for the
 // task's window and a margin (docs/manager.md#partitions), sure that the
 // robot stopped it. A dispatch that waited in the network or the broker
-// meanwhile arrives at the end of such a silence, and a restart may come due
-// in one; either run could then start beside the replacement. So neither
-// starts until the bridge has a heartbeat made after it came: by then a
-// Task the manager took for lost has been deleted here (its delete, sent
-// when it was marked lost, comes before the heartbeat's Ack; and the bridge
-// answers a heartbeat that lists an ended Task with its delete).
+// meanwhile arrives at the end of such a silence, a download may end in one,
+// a restart may come due in one; a run started then could run beside the
+// replacement. So it waits until the bridge answers a heartbeat made after
+// it was held: by then a Task the manager took for lost has been deleted
+// here (its delete, sent when it was marked lost, comes before that answer;
+// and the bridge answers a heartbeat that lists an ended Task with its
+// delete).
 void TaskLifecycle::hold(AgentTask& task) {
   const SteadyTime now = loop_.clock().steady();
   const auto window = stop_after_disconnect(task);
-  task.held_since = now;
+  task.held_for_beat = next_beat ? next_beat() : 0;
   const bool restart = task.phase == Phase::waiting_restart;
   const std::string silent =
       contact_ ? "for " + format_go_duration(std::chrono::duration_cast<std::chrono::milliseconds>(now - *contact_))
                : "since the agent started";
   spdlog::info(
-      "task {}: held before it {}: no contact with the bridge {}, at least its disconnect.stopOnRobotAfter of {}; "
-      "it waits for contact, as the manager may have run it elsewhere meanwhile",
+      "task {}: held before it {}: no contact with the bridge {}, half its disconnect.stopOnRobotAfter of {} or "
+      "more; it waits for the bridge to answer a heartbeat, as the manager may have run it elsewhere meanwhile",
       task.uid, restart ? "restarts" : "starts", silent, format_go_duration(window));
   const std::string uid = task.uid;
   task.hold_timer = loop_.after(window, [this, uid, window, restart] {
     auto found = tasks_.find(uid);
-    if (found == tasks_.end() || !found->second.held_since) return;
+    if (found == tasks_.end() || !found->second.held_for_beat) return;
     AgentTask& held = found->second;
-    held.hold_timer = 0;
-    held.held_since.reset();
     TaskStatus status = restart ? held.last_report.value_or(TaskStatus{}) : TaskStatus{};
     status.state = TaskRunState::failed;
     status.reason = "Disconnected";
     status.event = restart ? "Stopped" : "Refused";
     status.message = std::string(restart ? "not restarted" : "not started") +
-                     ": no contact with the bridge for its disconnect.stopOnRobotAfter of " +
-                     format_go_duration(window) + ", before it was due and after; the manager runs it elsewhere";
+                     ": the bridge answered no heartbeat in its disconnect.stopOnRobotAfter of " +
+                     format_go_duration(window) + " after it was due; the manager runs it elsewhere";
     spdlog::warn("task {}: {}", uid, status.message);
     finish(held, status);
   });
-  if (ask_for_contact) ask_for_contact(now);
+  if (ask_for_contact) ask_for_contact(*task.held_for_beat);
 }
 
-void TaskLifecycle::release(AgentTask& task) {
-  loop_.cancel(task.hold_timer);
-  task.hold_timer = 0;
-  task.held_since.reset();
-  if (task.phase == Phase::waiting_restart) {
-    spdlog::info("task {}: in contact with the bridge; restarting", task.uid);
-    start_run(task);
-    return;
-  }
-  if (task.phase != Phase::accepted) return;
-  spdlog::info("task {}: in contact with the bridge; starting", task.uid);
-  // Its acceptance not yet durable: on_committed begins it.
-  if (std::find(awaiting_commit_.begin(), awaiting_commit_.end(), task.uid) == awaiting_commit_.end()) begin(task);
-}
-
-void TaskLifecycle::on_contact(SteadyTime sent) {
-  if (contact_ && sent <= *contact_) return;  // what it proves, an earlier one proved
-  contact_ = sent;
+void TaskLifecycle::on_contact(SteadyTime sent, std::uint64_t beat) {
+  if (!contact_ || sent > *contact_) contact_ = sent;
   std::vector<std::string> ready;
-  std::optional<SteadyTime> newest_waiting;
+  std::uint64_t wanted = 0;
   for (const auto& [uid, task] : tasks_) {
-    if (!task.held_since) continue;
-    if (*task.held_since <= sent) {
+    if (!task.held_for_beat) continue;
+    if (*task.held_for_beat <= beat) {
       ready.push_back(uid);
-    } else if (!newest_waiting || *task.held_since > *newest_waiting) {
-      newest_waiting = task.held_since;
+    } else {
+      wanted = std::max(wanted, *task.held_for_beat);
     }
   }
   for (const std::string& uid : ready) {
     auto found = tasks_.find(uid);
-    if (found != tasks_.end() && found->second.held_since) release(found->second);
+    if (found == tasks_.end() || !found->second.held_for_beat) continue;
+    AgentTask& task = found->second;
+    loop_.cancel(task.hold_timer);
+    task.hold_timer = 0;
+    task.held_for_beat.reset();
+    spdlog::info("task {}: the bridge answered a heartbeat; {}", uid,
+                 task.phase == Phase::waiting_restart ? "restarting" : "starting");
+    run(task);  // its window counts from this contact
   }
-  if (newest_waiting && ask_for_contact) ask_for_contact(*newest_waiting);
+  if (wanted > 0 && ask_for_contact) ask_for_contact(wanted);
 }
 
 void TaskLifecycle::on_committed(const Result<void>& outcome) {
@@ -208,7 +199,7 @@ void TaskLifecycle::on_committed(const Result<void>& outcome) {
     auto found = tasks_.find(uid);
     if (found == tasks_.end() || found->second.phase != Phase::accepted) continue;
     if (outcome) {
-      if (!found->second.held_since) begin(found->second);  // else when in contact (release)
+      begin(found->second);
       continue;
     }
     const std::string reason = store_.out_of_space() ? "StorageFull" : "StorageError";
@@ -252,6 +243,12 @@ void TaskLifecycle::on_artifacts(const std::string& uid, Result<void> outcome) {
 }
 
 void TaskLifecycle::start_run(AgentTask& task) {
+  if (task.held_for_beat) return;  // started when the bridge answers
+  if (out_of_contact(task)) return hold(task);
+  run(task);
+}
+
+void TaskLifecycle::run(AgentTask& task) {
   task.phase = Phase::starting;
   RunRequest request;
   request.task_uid = task.uid;
@@ -387,7 +384,7 @@ void TaskLifecycle::on_exit(const TaskExit& exit) {
             : "stopped at its " + format_go_duration(*task.spec.timeout) + " timeout, " + describe_exit(exit.status);
   } else if (stopped_by == StopReason::disconnected) {
     status.message = "stopped on the robot after " + format_go_duration(stop_after_disconnect(task)) +
-                     " without word from the bridge (disconnect.stopOnRobotAfter), as the manager runs it "
+                     " without contact with the bridge (disconnect.stopOnRobotAfter), as the manager runs it "
                      "elsewhere then; " +
                      describe_exit(exit.status);
   } else if (stopped_by) {
@@ -427,7 +424,6 @@ void TaskLifecycle::on_exit(const TaskExit& exit) {
         auto again = tasks_.find(uid);
         if (again == tasks_.end() || again->second.phase != Phase::waiting_restart) return;
         again->second.restart_timer = 0;
-        if (out_of_contact(again->second)) return hold(again->second);
         start_run(again->second);
       });
       return;
@@ -445,7 +441,7 @@ void TaskLifecycle::report_again(AgentTask& task) {
 void TaskLifecycle::finish(AgentTask& task, TaskStatus status) {
   loop_.cancel(task.hold_timer);
   task.hold_timer = 0;
-  task.held_since.reset();
+  task.held_for_beat.reset();
   task.phase = Phase::finished;
   task.finished_order = ++last_finished_order_;
   task.process = TaskProcess{};

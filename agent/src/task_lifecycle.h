@@ -4,13 +4,14 @@
 //            directory and records the dispatch; nothing starts before that
 //            record is durable, so a restart knows the task and a dispatch
 //            sent again never runs it twice
-//   hold     a task that arrives (or is due to restart) while the robot has
-//            been out of contact with the bridge longer than its disconnect
-//            window waits for contact proven after that: its dispatch may
-//            have waited in the network while the manager replaced it
 //   begin    after the commit: artifacts fetched (off the loop), the
 //            directory given to the task's user, the run handed to the
 //            TaskRunner (which answers later: the loop never waits on a start)
+//   hold     a run due (its first, or a restart) while the robot has been
+//            out of contact with the bridge for half its disconnect window
+//            waits until the bridge answers a heartbeat made after that: its
+//            dispatch may have waited in the network while the manager
+//            replaced it
 //   exits    the restart policy decides: completed, failed, or run again
 //            after its delay
 //   stop     a cancel, a timeout or the agent's shutdown: SIGTERM, then
@@ -73,9 +74,9 @@ class TaskLifecycle {
   void finish(AgentTask& task, TaskStatus status);
 
   // Events, on the loop.
-  // The bridge has the heartbeat the robot sent at `sent`: tasks held since
-  // then or earlier go on.
-  void on_contact(SteadyTime sent);
+  // The bridge has the robot's heartbeat number `beat`, sent at `sent`:
+  // tasks held for it or an earlier one start.
+  void on_contact(SteadyTime sent, std::uint64_t beat);
   void on_committed(const Result<void>& outcome);
   void on_started(const std::string& uid, Result<TaskProcess> processes);
   void on_exit(const TaskExit& exit);
@@ -106,16 +107,20 @@ class TaskLifecycle {
 
   // Called after a task finished (its final report queued).
   std::function<void(AgentTask& task)> on_finished;
-  // Called when a task is held: a heartbeat made at or after `since` is wanted.
-  std::function<void(SteadyTime since)> ask_for_contact;
+  // The number the robot's next heartbeat will carry (Session).
+  std::function<std::uint64_t()> next_beat;
+  // Called when a task is held: an answered heartbeat numbered `beat` or
+  // later is wanted.
+  std::function<void(std::uint64_t beat)> ask_for_contact;
 
  private:
   bool in_transit(const AgentTask& task) const;
-  // Out of contact for the task: its window has passed since the last
-  // contact (or there was none since the agent started).
+  // Out of contact for a new run of the task: half its window or more has
+  // passed since the last contact (or there was none since the agent started).
   bool out_of_contact(const AgentTask& task) const;
   void hold(AgentTask& task);
-  void release(AgentTask& task);
+  // Hands the run to the runner (start_run, once in contact).
+  void run(AgentTask& task);
   void begin(AgentTask& task);
   void start_run(AgentTask& task);
   bool hand_over(AgentTask& task);

@@ -9,7 +9,8 @@
 // A Task the manager marked lost (failed, reason Lost) is stopped on its
 // robot once, in case the robot still runs it when it returns; and a robot
 // whose heartbeat lists a Task that has ended in the API is told to stop it
-// (at most once per resend interval).
+// (at most once per resend interval), as is one listing a Task no longer in
+// the API at all.
 //
 // Deletion: a Task being deleted that carries the finalizer is stopped on
 // its robot (action delete, resent like a create) and released once its
@@ -27,6 +28,7 @@
 #include "k8s4r/bridge/bridge.h"
 
 #include "k8s4r/bridge/dispatch_message.h"
+#include "k8s4r/common/identifiers.h"
 #include "k8s4r/crd/resources.h"
 
 #include <spdlog/spdlog.h>
@@ -289,17 +291,34 @@ void Bridge::release(const kube::ObjectPtr& task, const std::string& why) {
   writer_->write(task_ref(view.name), std::move(request));
 }
 
-void Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running) {
+bool Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running) {
   const auto fence = fence_for(robot_id);
-  if (!fence) return;
+  if (!fence) return false;
   const auto steady_now = loop_.clock().steady();
+  bool unstarted = false;
+  int gone = 0;
   for (const std::string& uid : running) {
     const kube::ObjectPtr task = tasks_->get_by_uid(uid);
-    if (!task) continue;
+    if (!task) {
+      // Deleted and released since it was sent (a robot learns a uid only
+      // from a dispatch, made from this cache): a dispatch that waited out
+      // a cut must not start. A few per heartbeat, remembering nothing: a
+      // robot listing made-up uids gets no more than that. Not by a replica,
+      // whose cache holds only its slots' labelled Tasks: one made before
+      // slot labels runs on until it is labelled (docs/bridge.md#replicas).
+      if (!config_.replica_id.empty()) continue;
+      auto topic = topics::dispatch(robot_id);
+      if (!topic || !validate_identifier(uid) || ++gone > 8) continue;
+      metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "delete"}});
+      spdlog::warn("robot {} holds task {}, which is no longer in the API: stopping it there", robot_id, uid);
+      publish(topic.value(), dispatch_delete_payload(nlohmann::json{{"metadata", {{"uid", uid}}}}, fence->epoch));
+      continue;
+    }
     const crd::TaskView view = crd::read_task(*task);
     if (view.target_robot != robot_id) continue;  // another robot's Task: not this one's to stop, nor to remember
     TaskMemory& memory = task_memory_[uid];
     const auto state = memory.applied.state_or(view);
+    if (!state || *state == crd::TaskState::dispatching) unstarted = true;
     if (!state || !crd::is_terminal(*state)) continue;
     if (memory.orphan_stop_at && steady_now - *memory.orphan_stop_at < config_.dispatch_resend_after) continue;
     auto topic = topics::dispatch(robot_id);
@@ -310,6 +329,7 @@ void Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vec
                  uid, crd::to_string(*state));
     publish(topic.value(), dispatch_delete_payload(*task, fence->epoch));
   }
+  return unstarted;
 }
 
 void Bridge::on_robot_changed(const std::string& robot_id, bool deleted) {

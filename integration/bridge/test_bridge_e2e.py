@@ -164,6 +164,26 @@ def test_a_flood_of_heartbeats_is_not_answered_with_a_flood_of_acks(sim, robot, 
     assert bridge.ready()
 
 
+def test_a_robot_holding_a_task_no_longer_in_the_api_is_told_to_stop_it_a_few_at_a_time(sim, robot, bridge,
+                                                                                        observer):
+    """A dispatch that waited out a cut may reach a robot after its Task was deleted and released: the robot lists
+    it in its heartbeats (held, unstarted) and the bridge sends it a delete ahead of its answer. A heartbeat listing
+    made-up uids gets no more than 8 deletes, and the bridge keeps nothing of them."""
+    dispatches = "k8s4r/robots/robot-1/tasks/dispatch"
+    observer.wait_for("k8s4r/robots/robot-1/acks", lambda m: "heartbeat" in m, timeout=20)  # the robot is heard
+    gone = [f"0d1e7e1e-0000-4000-8000-{n:012d}" for n in range(20)]
+    marker = "0d1e7e1e-0000-4000-8000-999999999999"
+    for n, listed in enumerate([gone, [marker]]):
+        observer.publish("k8s4r/robots/robot-1/heartbeat", {"robotId": "robot-1", "runningTasks": listed,
+                                                            "timestamp": f"2026-11-27T10:00:0{n}Z"})
+    # The bridge's deletes go out in order: once the second heartbeat's is here, the first's all are.
+    observer.wait_for(dispatches, lambda m: m.get("action") == "delete" and m["task"]["metadata"]["uid"] == marker,
+                      timeout=20)
+    deleted = [m["task"]["metadata"]["uid"] for m in observer.json_on(dispatches) if m.get("action") == "delete"]
+    assert deleted[:8] == gone[:8] and len([uid for uid in deleted if uid in gone]) == 8, deleted
+    assert bridge.ready()
+
+
 def test_bad_input_is_refused_counted_and_survived(sim, robot, bridge, observer):
     observer.publish("k8s4r/robots/robot-1/register", b"not json")
     observer.publish("k8s4r/robots/robot-1/heartbeat", {"robotId": "Robot/1#"})

@@ -101,7 +101,7 @@ int kill_leftovers(const ShimOptions& options, pid_t task) {
   return static_cast<int>(seen.size());
 }
 
-// The CLOCK_MONOTONIC time the agent last heard from the bridge, from the
+// The CLOCK_MONOTONIC time as of which the robot was last in contact with the bridge, from the
 // contact file (20 digits and a newline); none when it cannot be read.
 std::optional<std::chrono::steady_clock::time_point> read_contact(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -157,7 +157,7 @@ class ContactWatch {
     const auto interval =
         std::clamp(options_.stop_after / 4, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
     if (now - heard_ < options_.stop_after) return interval;
-    say("no word from the bridge for " + std::to_string(options_.stop_after.count()) +
+    say("no contact with the bridge for " + std::to_string(options_.stop_after.count()) +
         " ms (disconnect.stopOnRobotAfter): stopping the task, as the manager will run it elsewhere");
     stopped_ = true;
     signal_task(SIGTERM);

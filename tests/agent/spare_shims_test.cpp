@@ -278,10 +278,12 @@ TEST(TaskHandoff, RoundTripsAndRefusesWhatIsNotOne) {
 namespace k8s4r::agent {
 namespace {
 
-// The agent's contact file as ContactLease writes it: CLOCK_MONOTONIC now.
-void write_contact(const fs::path& file) {
-  const long long ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+// The agent's contact file as ContactLease writes it: CLOCK_MONOTONIC now,
+// or `shift` from now.
+void write_contact(const fs::path& file, std::chrono::milliseconds shift = std::chrono::milliseconds(0)) {
+  const long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           (std::chrono::steady_clock::now() + shift).time_since_epoch())
+                           .count();
   char text[32];
   std::snprintf(text, sizeof text, "%020lld\n", ns);
   std::ofstream(file) << text;
@@ -319,6 +321,29 @@ TEST_F(SpareShimsTest, ATaskIsStoppedByItsShimOnceTheBridgeWasNotHeardFromForIts
     EXPECT_TRUE(record.value().disconnected);
     EXPECT_EQ(record.value().signal, ignores_sigterm ? SIGKILL : SIGTERM);
   }
+}
+
+TEST_F(SpareShimsTest, TheWindowCountsFromTheLastContactNotFromTheStartUnlessTheContactIsAhead) {
+  // The manager counts from the robot's last heartbeat: a run that starts
+  // late in a silence stops when the others do.
+  const fs::path contact = dir_ / "contact";
+  ShimSpec spec = shim();
+  spec.contact_file = contact.string();
+  spec.stop_after = 3000ms;
+  spec.kill_after = 300ms;
+  write_contact(contact, -2800ms);
+  int pidfd = -1;
+  auto started = spawn_task(shell("sleep 30"), spec, pidfd);
+  ASSERT_TRUE(started) << started.error().message;
+  EXPECT_TRUE(ended_within(pidfd, 2000ms)) << "ran on for its whole window after an old contact";
+  ::close(pidfd);
+  // A time ahead of now (a file from before a reboot) says nothing: from the start.
+  write_contact(contact, 3600000ms);
+  started = spawn_task(shell("sleep 30"), spec, pidfd);
+  ASSERT_TRUE(started) << started.error().message;
+  EXPECT_FALSE(ended_within(pidfd, 2000ms)) << "stopped before its window from the start";
+  EXPECT_TRUE(ended_within(pidfd, 5000ms)) << "never stopped: a contact ahead of now was taken";
+  ::close(pidfd);
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ struct AgentConfig {
   std::map<std::string, std::string> labels;                                // labels: k=v,k2=v2
   std::chrono::nanoseconds default_kill_timeout = std::chrono::seconds(5);  // kill-timeout, when a task sets none
   // disconnect-stop-after: a task whose spec.disconnect says nothing is
-  // stopped once the bridge has not been heard from this long (0: never);
+  // stopped once the bridge has answered none of its heartbeats this long (0: never);
   // the manager's --disconnect-stop-after must say the same.
   std::chrono::nanoseconds disconnect_stop_after = std::chrono::minutes(2);
   std::size_t max_log_bytes = 10 * 1024 * 1024;  // max-log-bytes: per task and stream

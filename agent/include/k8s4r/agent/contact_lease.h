@@ -3,8 +3,8 @@
 // task's shim reads once a second to stop its task once its robot has been
 // cut off longer than the task's disconnect.stopOnRobotAfter (shim.h). The
 // file outlives the agent: a killed, hung or stopped agent stops renewing it,
-// and its tasks stop all the same; a restarted one renews it only once it
-// hears from the bridge again.
+// and its tasks stop all the same; a restarted one renews it only once the
+// bridge answers one of its heartbeats.
 //
 // In contact as of T means the bridge has the heartbeat the robot sent at T:
 // an Ack echoes its timestamp; with legacy-topics (a Go K8s4r server, which

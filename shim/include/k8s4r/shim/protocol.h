@@ -45,7 +45,7 @@ struct ExitRecord {
   int exit_code = 0;
   int signal = 0;  // 0 when it exited by itself
   int leftovers = 0;
-  bool disconnected = false;  // the shim stopped it: no word from the bridge for --stop-after
+  bool disconnected = false;  // the shim stopped it: no contact with the bridge for --stop-after
 };
 
 struct TaskHandoff {
