@@ -196,8 +196,15 @@ std::chrono::nanoseconds Session::heartbeat_every() const {
 }
 
 void Session::ask_for_contact(std::uint64_t beat) {
-  if (!connected_ || stopped_ || beats_made_ >= beat) return;
-  send_heartbeat();
+  asked_beat_ = std::max(asked_beat_, beat);
+  if (ask_posted_) return;
+  // Once per turn of the loop: a burst of tasks held together is one
+  // heartbeat, not one each.
+  ask_posted_ = true;
+  loop_.post([this] {
+    ask_posted_ = false;
+    if (connected_ && !stopped_ && beats_made_ < asked_beat_) send_heartbeat();
+  });
 }
 
 void Session::heartbeat_cadence_changed() {
@@ -241,12 +248,14 @@ void Session::on_message(const std::string& topic, const std::string& payload) {
         return;
       }
       if (ack.value().heartbeat) {
-        // The newest with that timestamp (a clock stepped back may repeat one).
-        for (auto beat = beats_sent_.rbegin(); beat != beats_sent_.rend(); ++beat) {
+        // The oldest with that timestamp (a clock stepped back may repeat
+        // one): it proves the least. None once the session stopped (a
+        // hand-over): what is held waits for the next agent.
+        for (auto beat = beats_sent_.begin(); beat != beats_sent_.end() && !stopped_; ++beat) {
           if (beat->second.timestamp != *ack.value().heartbeat) continue;
           const std::uint64_t number = beat->first;
           const SteadyTime sent = beat->second.sent;
-          beats_sent_.erase(beats_sent_.begin(), beats_sent_.upper_bound(number));
+          beats_sent_.erase(beats_sent_.begin(), std::next(beat));
           if (listener_.contact) listener_.contact(sent, number);
           break;
         }

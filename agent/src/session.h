@@ -90,8 +90,8 @@ class Session {
   // the running tasks when that is shorter (never under 1 s).
   std::chrono::nanoseconds heartbeat_every() const;
   // An answered heartbeat numbered `beat` or later is wanted (a task waits
-  // for contact proven after it was held): one is sent now, unless such a
-  // one was sent already.
+  // for contact proven after it was held): one is sent in this turn of the
+  // loop, unless such a one was sent already.
   void ask_for_contact(std::uint64_t beat);
   // The number the next heartbeat will carry.
   std::uint64_t next_beat() const { return beats_made_ + 1; }
@@ -138,6 +138,8 @@ class Session {
   };
   std::map<std::uint64_t, BeatSent> beats_sent_;
   std::uint64_t beats_made_ = 0;
+  std::uint64_t asked_beat_ = 0;  // ask_for_contact's newest
+  bool ask_posted_ = false;
 };
 
 }  // namespace k8s4r::agent

@@ -478,6 +478,9 @@ bool TaskLifecycle::all_finished() const {
 }
 
 bool TaskLifecycle::in_transit(const AgentTask& task) const {
+  // Held for want of contact: a hand-over (its session stopped) would wait
+  // for nothing; the next agent fails it, AgentRestarted, never started.
+  if (task.held_for_beat) return false;
   switch (task.phase) {
     case Phase::accepted:
     case Phase::fetching:

@@ -291,11 +291,26 @@ void Bridge::release(const kube::ObjectPtr& task, const std::string& why) {
   writer_->write(task_ref(view.name), std::move(request));
 }
 
-bool Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running) {
+bool Bridge::lists_unstarted(const std::string& robot_id, const std::vector<std::string>& running) const {
+  for (const std::string& uid : running) {
+    const kube::ObjectPtr task = tasks_->get_by_uid(uid);
+    if (!task) continue;
+    const crd::TaskView view = crd::read_task(*task);
+    if (view.target_robot != robot_id) continue;
+    auto memory = task_memory_.find(uid);
+    const auto state = memory == task_memory_.end() ? view.state : memory->second.applied.state_or(view);
+    if (!state || *state == crd::TaskState::dispatching) return true;
+  }
+  return false;
+}
+
+bool Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running,
+                                     bool answering) {
   const auto fence = fence_for(robot_id);
-  if (!fence) return false;
+  if (!fence) return true;
+  auto topic = topics::dispatch(robot_id);
+  if (!topic) return true;
   const auto steady_now = loop_.clock().steady();
-  bool unstarted = false;
   int gone = 0;
   for (const std::string& uid : running) {
     const kube::ObjectPtr task = tasks_->get_by_uid(uid);
@@ -303,12 +318,12 @@ bool Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vec
       // Deleted and released since it was sent (a robot learns a uid only
       // from a dispatch, made from this cache): a dispatch that waited out
       // a cut must not start. A few per heartbeat, remembering nothing: a
-      // robot listing made-up uids gets no more than that. Not by a replica,
-      // whose cache holds only its slots' labelled Tasks: one made before
-      // slot labels runs on until it is labelled (docs/bridge.md#replicas).
-      if (!config_.replica_id.empty()) continue;
-      auto topic = topics::dispatch(robot_id);
-      if (!topic || !validate_identifier(uid) || ++gone > 8) continue;
+      // robot listing made-up uids gets no more than that (and no answer
+      // while it lists more). Not by a replica, whose cache holds only its
+      // slots' labelled Tasks: one made before slot labels runs on until it
+      // is labelled (docs/bridge.md#replicas).
+      if (!config_.replica_id.empty() || !validate_identifier(uid)) continue;
+      if (++gone > 8) return false;
       metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "delete"}});
       spdlog::warn("robot {} holds task {}, which is no longer in the API: stopping it there", robot_id, uid);
       publish(topic.value(), dispatch_delete_payload(nlohmann::json{{"metadata", {{"uid", uid}}}}, fence->epoch));
@@ -318,18 +333,19 @@ bool Bridge::stop_ended_tasks_listed(const std::string& robot_id, const std::vec
     if (view.target_robot != robot_id) continue;  // another robot's Task: not this one's to stop, nor to remember
     TaskMemory& memory = task_memory_[uid];
     const auto state = memory.applied.state_or(view);
-    if (!state || *state == crd::TaskState::dispatching) unstarted = true;
     if (!state || !crd::is_terminal(*state)) continue;
-    if (memory.orphan_stop_at && steady_now - *memory.orphan_stop_at < config_.dispatch_resend_after) continue;
-    auto topic = topics::dispatch(robot_id);
-    if (!topic) continue;
+    // Once per resend interval, unless this heartbeat is to be answered:
+    // the answer may release a run the robot holds, so the delete goes
+    // before it every time (an earlier one may have been lost).
+    if (!answering && memory.orphan_stop_at && steady_now - *memory.orphan_stop_at < config_.dispatch_resend_after)
+      continue;
     memory.orphan_stop_at = steady_now;
     metrics_.add("k8s4r_bridge_dispatches_total", {{"action", "delete"}});
     spdlog::warn("robot {} still runs task {} ({}), which is {} in the API: stopping it there", robot_id, view.name,
                  uid, crd::to_string(*state));
     publish(topic.value(), dispatch_delete_payload(*task, fence->epoch));
   }
-  return unstarted;
+  return true;
 }
 
 void Bridge::on_robot_changed(const std::string& robot_id, bool deleted) {

@@ -49,14 +49,15 @@ void Bridge::on_heartbeat(const Heartbeat& message, bool acknowledge) {
   // become a flood of acknowledgements through the broker. Three quarters of
   // it apart, so a robot heartbeating at that very interval (a short
   // disconnect window makes it) has each one answered whatever the jitter.
-  // Deletes of what it holds and should not go out first. A robot holding
-  // a Task not started yet may be waiting for this answer to start it (it
-  // was out of contact when the dispatch came: docs/agent.md#partitions):
-  // answered sooner, at most every 200 ms.
-  const bool unstarted = stop_ended_tasks_listed(robot_id, message.running_tasks);
+  // A robot holding a Task not started yet may be waiting for this answer
+  // to start it (it was out of contact when the dispatch came:
+  // docs/agent.md#partitions): answered sooner, at most every 200 ms. The
+  // deletes of what it holds and should not go out before the answer.
   std::chrono::nanoseconds ack_gap = config_.heartbeat_ack_interval * 3 / 4;
-  if (unstarted) ack_gap = std::min<std::chrono::nanoseconds>(ack_gap, std::chrono::milliseconds(200));
-  if (acknowledge && (!memory.heartbeat_acked || steady_now - *memory.heartbeat_acked >= ack_gap)) {
+  if (lists_unstarted(robot_id, message.running_tasks))
+    ack_gap = std::min<std::chrono::nanoseconds>(ack_gap, std::chrono::milliseconds(200));
+  const bool answer = acknowledge && (!memory.heartbeat_acked || steady_now - *memory.heartbeat_acked >= ack_gap);
+  if (stop_ended_tasks_listed(robot_id, message.running_tasks, answer) && answer) {
     memory.heartbeat_acked = steady_now;
     acks_->heartbeat(robot_id, message.timestamp);
   }

@@ -1139,6 +1139,25 @@ TEST_F(AgentTest, ADispatchThatArrivesOutOfContactWaitsForAnAnsweredHeartbeatAnd
   EXPECT_TRUE(runner_->starts.empty());
 }
 
+TEST_F(AgentTest, TasksHeldTogetherAskForOneHeartbeatAndStartOnItsAnswer) {
+  connect();
+  advance(2min + 15s);
+  const std::size_t beats = heartbeats().size();
+  for (const char* uid : {"t-1", "t-2", "t-3"}) {
+    link_->events.message(
+        "k8s4r/robots/robot-1/tasks/dispatch",
+        R"({"action":"create","task":{"apiVersion":"robot.k8s4r.io/v1alpha1","kind":"Task","metadata":{"name":"t","uid":")" +
+            std::string(uid) +
+            R"("},"spec":{"name":"t","driver":"exec","config":{"execConfig":{"command":"/bin/true"}}}}})");
+  }
+  settle();
+  EXPECT_TRUE(runner_->starts.empty());
+  ASSERT_EQ(heartbeats().size(), beats + 1);  // one, listing all three
+  EXPECT_EQ(heartbeats().back().running_tasks, (std::vector<std::string>{"t-1", "t-2", "t-3"}));
+  in_contact();
+  EXPECT_EQ(runner_->starts.size(), 3u);
+}
+
 TEST_F(AgentTest, AHeldDispatchStartsOnceTheBridgeAnswersAHeartbeatMadeAfterItCame) {
   connect();
   advance(2min + 15s);

@@ -190,11 +190,16 @@ class Bridge {
   // A heartbeat on the own topic of a robot with no Robot: refused
   // (UnknownRobot) and the robot told to register.
   void refuse_unknown_heartbeat(const std::string& robot_id);
+  // True when a heartbeat's running tasks hold one still dispatching: the
+  // robot holds it unstarted, and may be waiting for the heartbeat's Ack to
+  // start it (docs/agent.md#partitions).
+  bool lists_unstarted(const std::string& robot_id, const std::vector<std::string>& running) const;
   // A heartbeat's running tasks: each that has ended in the API, or is no
-  // longer there at all, is stopped on the robot (its delete is sent ahead
-  // of the heartbeat's Ack). True when one is still dispatching: the robot
-  // holds it unstarted, and may be waiting for that Ack to start it.
-  bool stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running);
+  // longer there at all, is stopped on the robot; every time when the
+  // heartbeat is to be `answering`, else once per resend interval. False
+  // when it lists more gone uids than one heartbeat gets deletes for: it
+  // is not to be answered then.
+  bool stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running, bool answering);
   void stop_on_robot(const kube::ObjectPtr& task);
   bool robot_gone(const std::string& robot_id) const;
   void release(const kube::ObjectPtr& task, const std::string& why);
