@@ -139,6 +139,58 @@ class Lines:
         terminate(self.process)
 
 
+# What the memory sampler reads off each bridge every second, beside its RSS: the heap and every queue that could
+# hold what the resident set grows by.
+MEMORY_GAUGES = [
+    ("heap_in_use", 'k8s4r_heap_bytes{state="in_use"}'), ("heap_free", 'k8s4r_heap_bytes{state="free"}'),
+    ("inbox", "k8s4r_bridge_inbox_depth"), ("loop_backlog", "k8s4r_bridge_loop_backlog"),
+    ("write_callbacks", "k8s4r_bridge_kube_write_callbacks"), ("work_queue", "k8s4r_bridge_work_queue_depth"),
+    ("mqtt_queued", 'k8s4r_bridge_mqtt_outgoing{state="queued"}'),
+    ("mqtt_unacked", 'k8s4r_bridge_mqtt_outgoing{state="unacknowledged"}'),
+    ("robot_events", 'k8s4r_bridge_informer_handler_backlog{resource="robots"}'),
+    ("task_events", 'k8s4r_bridge_informer_handler_backlog{resource="tasks"}'),
+    ("robots_cached", 'k8s4r_bridge_informer_objects{resource="robots"}'),
+]
+
+
+class MemorySampler:
+    """Every second, each bridge process's RSS and MEMORY_GAUGES, so a peak can be read against what was queued
+    when it happened. Reported: each process's RSS peak with the gauges at that moment, and each gauge's largest."""
+
+    def __init__(self, members, pids):
+        self.members, self.pids = members, pids
+        self.samples = [[] for _ in members]
+        self.stopping = threading.Event()
+        self.started = time.monotonic()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stopping.wait(1.0):
+            for index, (member, pid) in enumerate(zip(self.members, self.pids)):
+                try:
+                    sample = {"t": round(time.monotonic() - self.started, 1),
+                              "rss_mib": round(proc_figures(pid)["rss_kib"] / 1024, 1)}
+                    text = member.http("/metrics")[1]
+                except Exception:  # a replica busy or gone: the next second
+                    continue
+                values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+                for key, series in MEMORY_GAUGES:
+                    value = float(values.get(series, 0))
+                    sample[key] = round(value / 1048576, 1) if key.startswith("heap") else int(value)
+                self.samples[index].append(sample)
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join()
+
+    def report(self):
+        peaks = [max(samples, key=lambda s: s["rss_mib"]) for samples in self.samples if samples]
+        largest = {key: max((s[key] for samples in self.samples for s in samples), default=0)
+                   for key, _ in MEMORY_GAUGES}
+        return {"rss_peaks": peaks, "gauge_max": largest, "timeline": self.samples}
+
+
 class Replicas:
     """Bridge replicas seen as one bridge by the phases: metrics summed, logs joined, /metrics summed by series."""
     name = "bridge replicas"
@@ -207,6 +259,8 @@ class Bench:
                 member.start()
             wait_until(lambda: settled(self.sim, names), 60, "the replicas to share the slots")
             self.bridge_pids = [member.process.pid for member in members]
+        self.sampler = MemorySampler(self.bridge.members if self.args.replicas else [self.bridge], self.bridge_pids)
+        self.stopping.append(self.sampler.stop)
         self.subscriber = Lines([str(self.args.bin / "robot_fleet"), "--broker", f"127.0.0.1:{self.broker.port}",
                                  "--count-topic", "k8s4r/robots/+/heartbeat"], self.log)
         self.stopping.append(self.subscriber.stop)
@@ -579,6 +633,15 @@ def main():
             raise
         finally:
             bench.stop()
+            if hasattr(bench, "sampler"):
+                memory = bench.sampler.report()
+                for peak in memory["rss_peaks"]:
+                    print("RSS peak, with what was held then (heap MiB, queues in entries): " +
+                          ", ".join(f"{key} {value}" for key, value in peak.items()))
+                print("largest of each: " + ", ".join(f"{key} {value}" for key, value in memory["gauge_max"].items()))
+                if not args.json:
+                    del memory["timeline"]
+                bench.results["memory"] = memory
             if args.json:
                 args.json.write_text(json.dumps(bench.results, indent=2) + "\n")
         sys.exit(1 if failed else 0)

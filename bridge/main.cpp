@@ -7,7 +7,9 @@
 #include "k8s4r/daemon/config_loader.h"
 #include "k8s4r/daemon/event_loop.h"
 #include "k8s4r/daemon/health_server.h"
+#include "k8s4r/daemon/heap_release.h"
 #include "k8s4r/daemon/process_glue.h"
+#include "k8s4r/daemon/process_metrics.h"
 #include "k8s4r/kube/config.h"
 #include "k8s4r/mqtt/link.h"
 #include "k8s4r/mqtt/tls_check.h"
@@ -20,6 +22,9 @@
 int main(int argc, char** argv) {
   using namespace k8s4r;
   using namespace k8s4r::bridge;
+  // Two arenas and a trim every 10 s: what a registration storm freed goes
+  // back to the system (daemon/heap_release.h).
+  daemon::limit_malloc_arenas(2);
 
   const auto outcome =
       parse_bridge_config(std::vector<std::string>(argv + 1, argv + argc), daemon::process_environment);
@@ -51,6 +56,7 @@ int main(int argc, char** argv) {
 
     const daemon::Systemd systemd = daemon::systemd();
     daemon::Metrics metrics;
+    daemon::add_process_metrics(metrics);
     daemon::EventLoop loop;
     Bridge bridge(
         config, namespace_, loop, client,
@@ -71,6 +77,7 @@ int main(int argc, char** argv) {
       bridge.shutdown();
     });
     bridge.start();
+    daemon::trim_heap_periodically(loop, metrics, std::chrono::seconds(10));
     loop.run();
     health.stop();
   } catch (const std::exception& error) {

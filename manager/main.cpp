@@ -8,6 +8,7 @@
 #include "k8s4r/daemon/event_loop.h"
 #include "k8s4r/daemon/health_server.h"
 #include "k8s4r/daemon/process_glue.h"
+#include "k8s4r/daemon/process_metrics.h"
 #include "k8s4r/kube/config.h"
 #include "k8s4r/kube/leader_election.h"
 #include "k8s4r/manager/config.h"
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
 
     const daemon::Systemd systemd = daemon::systemd();
     daemon::Metrics metrics;
+    daemon::add_process_metrics(metrics);
     daemon::EventLoop loop;
     Manager manager(config, client, metrics, identity);
     daemon::HealthServer health(metrics, [&manager] { return manager.not_ready_reason(); });

@@ -2,6 +2,8 @@
 
 #include "k8s4r/common/topics.h"
 
+#include <algorithm>
+
 namespace k8s4r::bridge {
 
 void AckSender::report(const std::string& robot_id, ReportAck ack) {
@@ -9,7 +11,17 @@ void AckSender::report(const std::string& robot_id, ReportAck ack) {
     refusals_dropped_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  waiting_[robot_id].reports.push_back(std::move(ack));
+  // The same report acknowledged again while the first waits (the robot
+  // sent it again): said once, with the newest word on it.
+  std::vector<ReportAck>& reports = waiting_[robot_id].reports;
+  const auto same = std::find_if(reports.begin(), reports.end(), [&ack](const ReportAck& waiting) {
+    return waiting.task_uid == ack.task_uid && waiting.seq == ack.seq;
+  });
+  if (same != reports.end()) {
+    *same = std::move(ack);
+  } else {
+    reports.push_back(std::move(ack));
+  }
   schedule();
 }
 
@@ -26,9 +38,15 @@ void AckSender::resend_artifacts(const std::string& robot_id) {
 }
 
 void AckSender::schedule() {
+  counted();
   if (timer_ == 0) {
     timer_ = loop_.after(kDelay, [this] {
       timer_ = 0;
+      if (has_room_ && !has_room_()) {
+        waits_for_room_.fetch_add(1, std::memory_order_relaxed);
+        schedule();
+        return;
+      }
       flush();
     });
   }
@@ -37,6 +55,7 @@ void AckSender::schedule() {
 void AckSender::flush() {
   auto waiting = std::move(waiting_);
   waiting_.clear();
+  counted();
   for (auto& [robot_id, what] : waiting) {
     auto topic = topics::acks(robot_id);
     if (!topic) continue;

@@ -54,6 +54,20 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   metrics_.declare("k8s4r_bridge_inbox_waits_total", Type::counter,
                    "Times the MQTT client waited for the bridge to catch up (at most 8,192 messages wait).");
   metrics_.declare("k8s4r_bridge_mqtt_connection_losses_total", Type::counter, "MQTT connections lost or refused.");
+  metrics_.declare("k8s4r_bridge_registers_answered_together_total", Type::counter,
+                   "Registers that came while the answer to an earlier one from the robot was on its way: written, "
+                   "and answered by that answer.");
+  metrics_.declare("k8s4r_bridge_acks_waiting_robots", Type::gauge,
+                   "Robots with acknowledgements waiting to be sent (for a moment, or for room in the MQTT link).");
+  metrics_.declare("k8s4r_bridge_acks_waits_for_room_total", Type::counter,
+                   "Times the acknowledgements waited because the MQTT link had publishes queued.");
+  metrics_.declare("k8s4r_bridge_loop_backlog", Type::gauge,
+                   "Work posted to the bridge's loop and not yet run (messages, write completions, events).");
+  metrics_.declare("k8s4r_bridge_kube_write_callbacks", Type::gauge,
+                   "Completions waiting on Kubernetes writes not yet made (answers to send once they are in).");
+  metrics_.declare("k8s4r_bridge_mqtt_outgoing", Type::gauge,
+                   "MQTT publishes and subscribes: queued, not yet handed to the MQTT library; unacknowledged, "
+                   "handed over and not yet acknowledged by the broker.");
   metrics_.declare("k8s4r_bridge_work_queue_depth", Type::gauge, "Objects with a write waiting.");
   metrics_.declare("k8s4r_bridge_work_queue_in_progress", Type::gauge, "Objects being written now.");
   metrics_.declare("k8s4r_bridge_work_queue_retries_total", Type::counter, "Writes retried after a failure.");
@@ -185,7 +199,11 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
           });
         }
       },
-      [this](const std::string& robot_id) { return epoch_for(robot_id); });
+      [this](const std::string& robot_id) { return epoch_for(robot_id); },
+      // Room while fewer publishes than one flush of a replica's robots wait
+      // for the MQTT library: beyond, they would only queue in memory and
+      // arrive stale.
+      [this] { return !link_ || link_->backlog().queued < kAcksWaitWhileQueued; });
   writer_ = std::make_unique<KubeWriter>(
       client_,
       [this](const ObjectRef& ref) -> kube::ObjectPtr {
@@ -199,6 +217,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
     m.set("k8s4r_bridge_inbox_depth", {}, static_cast<double>(inbox_.depth()));
     m.set("k8s4r_bridge_inbox_waits_total", {}, static_cast<double>(inbox_.waits()));
     m.set("k8s4r_bridge_ack_refusals_dropped_total", {}, static_cast<double>(acks_->refusals_dropped()));
+    m.set("k8s4r_bridge_acks_waiting_robots", {}, static_cast<double>(acks_->robots_waiting()));
+    m.set("k8s4r_bridge_acks_waits_for_room_total", {}, static_cast<double>(acks_->waits_for_room()));
     const auto queue = writer_->queue_metrics();
     m.set("k8s4r_bridge_work_queue_depth", {}, static_cast<double>(queue.depth));
     m.set("k8s4r_bridge_work_queue_in_progress", {}, static_cast<double>(queue.in_progress));
@@ -207,6 +227,13 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
     m.set("k8s4r_bridge_work_queue_wait_seconds_total", {}, std::chrono::duration<double>(queue.wait_total).count());
     m.set("k8s4r_bridge_work_queue_longest_wait_seconds", {},
           std::chrono::duration<double>(queue.longest_wait).count());
+    m.set("k8s4r_bridge_loop_backlog", {}, static_cast<double>(loop_.posted_depth()));
+    m.set("k8s4r_bridge_kube_write_callbacks", {}, static_cast<double>(writer_->waiting_callbacks()));
+    if (const mqtt::Link* link = link_for_metrics_) {
+      const mqtt::LinkBacklog backlog = link->backlog();
+      m.set("k8s4r_bridge_mqtt_outgoing", {{"state", "queued"}}, static_cast<double>(backlog.queued));
+      m.set("k8s4r_bridge_mqtt_outgoing", {{"state", "unacknowledged"}}, static_cast<double>(backlog.unacknowledged));
+    }
     m.set("k8s4r_bridge_broker_identities", {}, static_cast<double>(identities_.managed.size()));
     if (coordinator_) {
       m.set("k8s4r_bridge_slot_table_epoch", {}, static_cast<double>(coordinator_->table_epoch()));
@@ -244,6 +271,7 @@ Bridge::~Bridge() {
   if (coordinator_) coordinator_->stop();
   inbox_.close();  // a callback waiting for room would hold up the link's teardown
   acks_.reset();
+  link_for_metrics_ = nullptr;
   if (link_) link_.reset();
   if (writer_) writer_->stop();
   if (robots_) robots_->stop();
@@ -292,6 +320,7 @@ void Bridge::check_synced() {
                              on_message(topic, payload);
                            });
                          }});
+    link_for_metrics_ = link_.get();
     connect();
     return;
   }

@@ -252,4 +252,11 @@ bool KubeWriter::any_pending(const std::function<bool(const ObjectRef&)>& matche
   return false;
 }
 
+std::size_t KubeWriter::waiting_callbacks() const {
+  std::lock_guard lock(mutex_);
+  std::size_t count = 0;
+  for (const auto& [key, pending] : pending_) count += pending.done.size();
+  return count;
+}
+
 }  // namespace k8s4r::bridge

@@ -44,44 +44,37 @@ void Bridge::on_register(const Register& message) {
     }
     ++unapproved_created_since_;
   }
+  // A robot asks again every few seconds until it is answered: while the
+  // answer to an earlier register is on its way, this one's facts are written
+  // (merged with that write when it still waits) and not answered again. In
+  // a registration storm the answers would otherwise multiply with the delay
+  // they see, and queue behind each other towards the broker.
+  RobotMemory& memory = robot_memory_[robot_id];
+  const auto steady_now = loop_.clock().steady();
+  const bool answer_on_its_way =
+      memory.register_answer_since && steady_now - *memory.register_answer_since < kRegisterAnswerPatience;
   WriteRequest request;
-  if (!robot) request.create = new_robot(message, namespace_);
+  if (!robot && !answer_on_its_way) request.create = new_robot(message, namespace_);
   // A replica sees only its slots' Robots: one that exists unseen (made
   // before slot labels) is not to be judged as new; it is labelled by the
   // backfill (slot_coordinator.h), and the robot registers again.
   request.must_be_new = coordinator_ != nullptr;
-  if (request.must_be_new && !robot)
+  if (request.must_be_new && request.create)
     request.exists_patch = {{"metadata", {{"labels", {{std::string(kSlotLabel), std::to_string(slot_of(robot_id))}}}}}};
   request.main_patch = robot ? register_robot_patch(message, *robot) : nullptr;
   request.status_patch = register_status_patch(message, robot.get(), now());
-  request.done = [this, robot_id, response_topic, created = !robot](bool ok, const std::string& error) {
-    loop_.post([this, robot_id, response_topic, created, ok, error] {
-      const kube::ObjectPtr current = robots_->get(namespace_, robot_id);
-      if (ok && current && crd::read_robot(*current).phase == crd::RobotPhase::rejected) {
-        // A new token from a Rejected robot: written for the manager to
-        // judge; the robot asks again until it is approved.
-        spdlog::info("robot {} is Rejected and registered with another token: recorded for the manager to judge",
-                     robot_id);
-        publish(response_topic,
-                encode(register_response(robot_id, false, "the Robot is Rejected; its new token waits for the manager",
-                                         current.get())));
-        return;
-      }
-      if (ok) {
-        spdlog::info("robot {} registered{}", robot_id, created ? ": Robot created, Pending approval" : "");
-        resync_robot(robot_id);
-        send_prefetch(robot_id, true);
-      } else {
-        spdlog::warn("robot {} could not be registered: {}", robot_id, error);
-      }
-      publish(response_topic,
-              encode(register_response(robot_id, ok, ok ? "registered" : "could not write the Robot: " + error,
-                                       current.get())));
-    });
-  };
+  if (answer_on_its_way) {
+    metrics_.add("k8s4r_bridge_registers_answered_together_total");
+  } else {
+    memory.register_answer_since = steady_now;
+    request.done = [this, robot_id, response_topic, created = !robot](bool ok, const std::string& error) {
+      loop_.post([this, robot_id, response_topic, created, ok, error] {
+        answer_register(robot_id, response_topic, created, ok, error);
+      });
+    };
+  }
   // A new registration is a fresh start for heartbeat coalescing: the next
   // heartbeat compares with the Robot as the cache then holds it.
-  RobotMemory& memory = robot_memory_[robot_id];
   memory.wrote = false;
   memory.unwritten.reset();
   // A Go K8s4r agent (it lists no tasks) subscribes to its dispatches some
@@ -89,6 +82,42 @@ void Bridge::on_register(const Register& message) {
   // its first heartbeat, rather than at the next resend.
   memory.resend_dispatches_at_heartbeat = !message.lists_running_tasks;
   writer_->write(robot_ref(robot_id), std::move(request));
+}
+
+void Bridge::answer_register(const std::string& robot_id, const std::string& response_topic, bool created, bool ok,
+                             const std::string& error) {
+  // The answer is on its way until the broker has it; then a robot that asks
+  // again (it did not get this one) is answered again.
+  const auto delivered = [this, robot_id](bool) {
+    if (auto found = robot_memory_.find(robot_id); found != robot_memory_.end())
+      found->second.register_answer_since.reset();
+  };
+  const kube::ObjectPtr current = robots_->get(namespace_, robot_id);
+  if (ok && current && crd::read_robot(*current).phase == crd::RobotPhase::rejected) {
+    // A new token from a Rejected robot: written for the manager to judge;
+    // the robot asks again until it is approved.
+    spdlog::info("robot {} is Rejected and registered with another token: recorded for the manager to judge", robot_id);
+    publish(response_topic,
+            encode(register_response(robot_id, false, "the Robot is Rejected; its new token waits for the manager",
+                                     current.get())),
+            delivered);
+    return;
+  }
+  if (ok) {
+    spdlog::info("robot {} registered{}", robot_id, created ? ": Robot created, Pending approval" : "");
+    resync_robot(robot_id);
+    // What it is to keep ahead of need, unless this bridge sent it the list
+    // it holds (retained: the broker gives it to the robot when it
+    // subscribes).
+    const auto found = robot_memory_.find(robot_id);
+    send_prefetch(robot_id, found == robot_memory_.end() || !found->second.prefetch_sent);
+  } else {
+    spdlog::warn("robot {} could not be registered: {}", robot_id, error);
+  }
+  publish(
+      response_topic,
+      encode(register_response(robot_id, ok, ok ? "registered" : "could not write the Robot: " + error, current.get())),
+      delivered);
 }
 
 }  // namespace k8s4r::bridge

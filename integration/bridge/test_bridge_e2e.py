@@ -10,7 +10,7 @@ import pytest
 
 from bridge_support import (BRIDGE_USER, TOKEN, BridgeProcess, bridge, create_task, digest, dispatch,  # noqa: F401
                             get, processes_marked, robot, sim, state_of, wait_state, wait_until)
-from conftest import DEPLOY_ACL, Observer, SecureBroker, make_tls_files
+from conftest import DEPLOY_ACL, REPO, Observer, SecureBroker, make_tls_files
 
 HARNESS_PASSWORD = "harness-password-2c7e"
 
@@ -52,6 +52,32 @@ def test_a_robot_registers_and_its_robot_shows_it(sim, observer, robot):
     first = found["status"]["lastHeartbeatTime"]
     wait_until(lambda: get(sim, "robot", "robot-1")["status"]["lastHeartbeatTime"] != first, 10,
                "lastHeartbeatTime to move")
+
+
+def test_a_robot_that_asks_again_while_its_registration_is_written_is_answered_once(sim, observer, bridge):
+    """A robot asks again every few seconds until it is answered. While the API is slow, its asks are written
+    together and answered once: answered each, they multiplied with the delay in a registration storm and queued
+    by the hundred thousand towards the broker (docs/performance.md)."""
+    register = json.loads((REPO / "proto-schemas/examples/register/valid-agent-start.json").read_text())
+    register["robotId"] = register["deviceInfo"]["hostname"] = "robot-7"
+    sim.admin("faults", {"paused": True})  # every request waits, the bridge's writes too
+    try:
+        for _ in range(5):
+            observer.publish("k8s4r/robots/robot-7/register", register)
+        wait_until(lambda: bridge.metric("k8s4r_bridge_messages_total", topic="register") == 5, 10,
+                   "the bridge to take the five registers")
+    finally:
+        sim.admin("faults", {"paused": False})
+    answer = observer.wait_for("k8s4r/robots/robot-7/response", lambda m: m["success"], timeout=20)
+    assert answer["phase"] == "Pending"
+    wait_until(lambda: bridge.metric("k8s4r_bridge_work_queue_depth") == 0
+               and bridge.metric("k8s4r_bridge_work_queue_in_progress") == 0
+               and bridge.metric("k8s4r_bridge_mqtt_outgoing", state="unacknowledged") == 0, 20,
+               "the bridge's writes and publishes to be done")
+    assert bridge.metric("k8s4r_bridge_registers_answered_together_total") == 4
+    assert len(observer.on("k8s4r/robots/robot-7/response")) == 1
+    robot = get(sim, "robot", "robot-7")
+    assert robot["status"]["tokenDigest"] == digest(register["token"]) and robot["status"]["deviceInfo"]
 
 
 def test_heartbeats_are_coalesced_to_the_write_interval(sim, robot, bridge):

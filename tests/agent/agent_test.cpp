@@ -43,6 +43,7 @@ struct FakeLink final : mqtt::Link {
     published.push_back({topic, payload, std::move(done)});
   }
   void disconnect(std::chrono::milliseconds) override { ++disconnects; }
+  mqtt::LinkBacklog backlog() const override { return {}; }
   int disconnects = 0;
 
   std::vector<Published*> on(const std::string& suffix) {

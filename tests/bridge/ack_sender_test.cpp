@@ -76,6 +76,38 @@ TEST_F(AckSenderTest, RefusalsGoOutAtMostFiveHundredASecondRecordsAlways) {
   EXPECT_EQ(sent_.back().ack.reports.back().task_uid, "t-gone");
 }
 
+// A busy broker takes the bridge's publishes slowly: what is to be said waits
+// per robot, not per message, and goes out fresh when the link has room.
+TEST(AckSenderRoom, WhileTheLinkHasNoRoomEachRobotsAcknowledgementsWaitAsOne) {
+  testing::ManualClock clock;
+  daemon::EventLoop loop{clock};
+  std::vector<Sent> sent;
+  bool room = false;
+  AckSender acks{loop,
+                 [&sent](const std::string& topic, const std::string& payload) {
+                   sent.push_back({topic, parse_ack(payload).value()});
+                 },
+                 {},
+                 [&room] { return room; }};
+  for (int beat = 0; beat < 50; ++beat) {
+    acks.heartbeat("robot-1", clock.wall());
+    acks.heartbeat("robot-2", clock.wall());
+    acks.report("robot-1", {"t-1", 2, ReportResult::recorded});  // sent again and again: no answer came
+    testing::advance(clock, loop, 100ms);
+  }
+  EXPECT_TRUE(sent.empty());
+  EXPECT_EQ(acks.robots_waiting(), 2u);
+  EXPECT_GT(acks.waits_for_room(), 0u);
+  const Timestamp newest = clock.wall() - 100ms;
+  room = true;
+  testing::advance(clock, loop, 20ms);
+  ASSERT_EQ(sent.size(), 2u);
+  EXPECT_EQ(sent[0].ack.heartbeat, newest);   // the newest heartbeat's, not the first
+  EXPECT_EQ(sent[0].ack.reports.size(), 1u);  // one report, said once
+  EXPECT_EQ(sent[1].ack.heartbeat, newest);
+  EXPECT_EQ(acks.robots_waiting(), 0u);
+}
+
 TEST_F(AckSenderTest, NothingIsAddressedToARobotIdThatCouldBreakATopic) {
   acks_.report("robot/#", {"t-1", 1, ReportResult::recorded});
   testing::advance(clock_, loop_, 20ms);

@@ -133,4 +133,9 @@ void EventLoop::run() {
   }
 }
 
+std::size_t EventLoop::posted_depth() {
+  std::lock_guard lock(mutex_);
+  return posted_.size();
+}
+
 }  // namespace k8s4r::daemon

@@ -158,6 +158,17 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
     finished.wait_for(timeout + std::chrono::seconds(2));
   }
 
+  LinkBacklog backlog() const override {
+    LinkBacklog counts;
+    {
+      std::lock_guard lock(commands_mutex_);
+      counts.queued = commands_.size();
+    }
+    std::lock_guard lock(mutex_);
+    counts.unacknowledged = pending_.size();
+    return counts;
+  }
+
  private:
   // Hands a call into Paho to the command thread; a Paho exception fails the
   // completion `id` (0: none).
@@ -276,11 +287,11 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
   // client's destructor stops.
   LinkSettings settings_;
   LinkEvents events_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   bool closed_ = false;
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Completion> pending_;
-  std::mutex commands_mutex_;
+  mutable std::mutex commands_mutex_;
   std::condition_variable commands_ready_;
   std::deque<std::function<void()>> commands_;
   bool stopping_ = false;

@@ -9,6 +9,11 @@
 // topic must not become a flood of acknowledgements to that robot, ahead of
 // its dispatches in the broker (bench/flood_bench.py found dispatches two
 // minutes late behind them).
+// While the link to the broker has no room (a busy broker reads a client's
+// publishes no faster than its other clients'), acknowledgements wait here,
+// one entry per robot: a newer heartbeat's replaces an older one's and a
+// report acknowledged twice is said once, so what waits is bounded by the
+// fleet, not by the messages it sends, and goes out fresh once there is room.
 //
 // Threading: the bridge's loop thread only, but refusals_dropped().
 #pragma once
@@ -36,8 +41,11 @@ class AckSender {
   // The epoch each Ack to a robot carries (Ack::epoch); none when unset.
   using EpochOf = std::function<std::optional<std::int64_t>(const std::string& robot_id)>;
 
-  AckSender(daemon::EventLoop& loop, Publish publish, EpochOf epoch_of = {})
-      : loop_(loop), publish_(std::move(publish)), epoch_of_(std::move(epoch_of)) {}
+  // Whether the link takes more now; none: always.
+  using HasRoom = std::function<bool()>;
+
+  AckSender(daemon::EventLoop& loop, Publish publish, EpochOf epoch_of = {}, HasRoom has_room = {})
+      : loop_(loop), publish_(std::move(publish)), epoch_of_(std::move(epoch_of)), has_room_(std::move(has_room)) {}
   ~AckSender() { loop_.cancel(timer_); }
   AckSender(const AckSender&) = delete;
   AckSender& operator=(const AckSender&) = delete;
@@ -47,10 +55,14 @@ class AckSender {
   void heartbeat(const std::string& robot_id, std::optional<Timestamp> sent_at);
   // Asks the robot to list its artifacts again (Ack::resend_artifacts).
   void resend_artifacts(const std::string& robot_id);
-  // Publishes everything waiting now.
+  // Publishes everything waiting now, room or not.
   void flush();
   // Refusals not sent, over kMaxRefusalsPerSecond. Any thread (metrics).
   std::uint64_t refusals_dropped() const { return refusals_dropped_.load(std::memory_order_relaxed); }
+  // Robots with acknowledgements waiting, and how often they waited for
+  // room in the link. Any thread (metrics).
+  std::size_t robots_waiting() const { return robots_waiting_.load(std::memory_order_relaxed); }
+  std::uint64_t waits_for_room() const { return waits_for_room_.load(std::memory_order_relaxed); }
 
  private:
   struct Waiting {
@@ -60,14 +72,18 @@ class AckSender {
     bool resend_artifacts = false;
   };
   void schedule();
+  void counted() { robots_waiting_.store(waiting_.size(), std::memory_order_relaxed); }
 
   daemon::EventLoop& loop_;
   Publish publish_;
   EpochOf epoch_of_;
+  HasRoom has_room_;
   std::map<std::string, Waiting> waiting_;
   daemon::EventLoop::TimerId timer_ = 0;
   TokenBucket refusals_{kMaxRefusalsPerSecond};
   std::atomic<std::uint64_t> refusals_dropped_{0};
+  std::atomic<std::size_t> robots_waiting_{0};
+  std::atomic<std::uint64_t> waits_for_room_{0};
 };
 
 }  // namespace k8s4r::bridge

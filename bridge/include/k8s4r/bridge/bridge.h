@@ -104,6 +104,10 @@ class Bridge {
     bool resend_dispatches_at_heartbeat = false;                           // a Go K8s4r agent just registered
     std::optional<std::chrono::steady_clock::time_point> heartbeat_acked;  // last Ack of a heartbeat
     std::optional<std::string> prefetch_sent;  // the artifacts list last published to it (its JSON)
+    // Since when a register's answer is on its way (its write, then its
+    // publish until the broker has it): a robot that asks again meanwhile is
+    // written but not answered again (on_register.cpp).
+    std::optional<std::chrono::steady_clock::time_point> register_answer_since;
   };
   struct TaskMemory {
     AppliedStatus applied;
@@ -151,8 +155,16 @@ class Bridge {
   ObjectRef task_ref(const std::string& name) const;
   Timestamp now() const;
 
+  // Acknowledgements wait in the AckSender while this many publishes or more
+  // are queued in the MQTT link.
+  static constexpr std::size_t kAcksWaitWhileQueued = 1000;
   // on_register.cpp
+  // How long an answer to a register may be on its way before a robot that
+  // asks again is answered again (one lost without a word, a link replaced).
+  static constexpr std::chrono::seconds kRegisterAnswerPatience{30};
   void on_register(const Register& message);
+  void answer_register(const std::string& robot_id, const std::string& response_topic, bool created, bool ok,
+                       const std::string& error);
   std::size_t unapproved_robots();
   // on_heartbeat.cpp
   // `acknowledge`: on the robot's own topic (our agent); Go K8s4r agents
@@ -172,8 +184,8 @@ class Bridge {
   void on_task_deleted(const kube::ObjectPtr& task);
   void on_robot_changed(const std::string& robot_id, bool deleted);
   // Publishes (retained) what the Robot's status.prefetch lists, when it
-  // differs from what was published to it last, or always (`again`: it
-  // registered, and may have missed a list while the bridge was away).
+  // differs from what was published to it last, or always (`again`: the
+  // broker may not hold it, or the robot registers and none was sent yet).
   void send_prefetch(const std::string& robot_id, bool again);
   // A Robot deleted: an empty list, then no retained message left for it.
   void forget_prefetch(const std::string& robot_id);
@@ -253,6 +265,7 @@ class Bridge {
   Identities identities_;
   std::unique_ptr<KubeWriter> writer_;
   std::unique_ptr<mqtt::Link> link_;
+  std::atomic<const mqtt::Link*> link_for_metrics_{nullptr};  // link_, read by the metrics thread
   std::unique_ptr<AckSender> acks_;
   // With --replica-id: the coordinator, its own client (one attempt per
   // request), and the slots served now (the loop's; epoch per slot, 0: not).

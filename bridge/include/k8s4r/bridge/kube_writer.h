@@ -84,6 +84,8 @@ class KubeWriter {
   // replica hands a slot over only once its own writes to the slot's
   // objects are in, so none lands after the new owner's.
   bool any_pending(const std::function<bool(const ObjectRef&)>& matches) const;
+  // Completions of the writes waiting (a metric).
+  std::size_t waiting_callbacks() const;
 
  private:
   // Documents wait packed: a reconnect storm leaves a pending write for each

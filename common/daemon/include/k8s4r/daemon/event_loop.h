@@ -60,6 +60,8 @@ class EventLoop {
   std::optional<SteadyTime> next_timer() const;
 
   const Clock& clock() const { return clock_; }
+  // Work posted and not yet taken by the loop (any thread; for metrics).
+  std::size_t posted_depth();
 
  private:
   void wake();

@@ -34,6 +34,13 @@ struct Subscription {
   int qos = 1;
 };
 
+// What a link holds for the broker: calls not yet handed to the MQTT
+// library, and completions not yet called (QoS 1: no PUBACK yet).
+struct LinkBacklog {
+  std::size_t queued = 0;
+  std::size_t unacknowledged = 0;
+};
+
 class Link {
  public:
   virtual ~Link() = default;
@@ -46,6 +53,8 @@ class Link {
   // A clean MQTT DISCONNECT (the broker then drops the last will), waiting at
   // most `timeout`.
   virtual void disconnect(std::chrono::milliseconds timeout) = 0;
+  // Any thread; for metrics.
+  virtual LinkBacklog backlog() const = 0;
 };
 
 struct LinkSettings {
