@@ -36,23 +36,27 @@ void Bridge::on_register(const Register& message) {
     answer_refusal(response_topic, encode(register_response(robot_id, false, allowed.error().message, robot.get())));
     return;
   }
-  if (!robot) {
-    if (auto admitted = new_robots_->admit(unapproved_robots(), loop_.clock().steady()); !admitted) {
+  // A robot asks again every few seconds until it is answered: while the
+  // answer to an earlier register is on its way, this one's facts are written
+  // (merged with that write when it still waits) and not answered again. In
+  // a registration storm the answers would otherwise multiply with the delay
+  // they see, and queue behind each other towards the broker.
+  const auto steady_now = loop_.clock().steady();
+  const auto remembered = robot_memory_.find(robot_id);
+  const bool answer_on_its_way = remembered != robot_memory_.end() && remembered->second.register_answer_since &&
+                                 steady_now - *remembered->second.register_answer_since < kRegisterAnswerPatience;
+  // A new Robot, unless the register it asks again about makes it already.
+  // (Nothing is remembered of a robot refused here: a flood of made-up ids
+  // costs no memory.)
+  if (!robot && !answer_on_its_way) {
+    if (auto admitted = new_robots_->admit(unapproved_robots(), steady_now); !admitted) {
       refuse("a register", admitted.error(), robot_id);
       answer_refusal(response_topic, encode(register_response(robot_id, false, admitted.error().message, nullptr)));
       return;
     }
     ++unapproved_created_since_;
   }
-  // A robot asks again every few seconds until it is answered: while the
-  // answer to an earlier register is on its way, this one's facts are written
-  // (merged with that write when it still waits) and not answered again. In
-  // a registration storm the answers would otherwise multiply with the delay
-  // they see, and queue behind each other towards the broker.
   RobotMemory& memory = robot_memory_[robot_id];
-  const auto steady_now = loop_.clock().steady();
-  const bool answer_on_its_way =
-      memory.register_answer_since && steady_now - *memory.register_answer_since < kRegisterAnswerPatience;
   WriteRequest request;
   if (!robot && !answer_on_its_way) request.create = new_robot(message, namespace_);
   // A replica sees only its slots' Robots: one that exists unseen (made
