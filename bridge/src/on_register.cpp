@@ -48,7 +48,8 @@ void Bridge::on_register(const Register& message) {
   // A new Robot, unless the register it asks again about makes it already.
   // (Nothing is remembered of a robot refused here: a flood of made-up ids
   // costs no memory.)
-  if (!robot && !answer_on_its_way) {
+  const bool creates = !robot && !answer_on_its_way;
+  if (creates) {
     if (auto admitted = new_robots_->admit(unapproved_robots(), steady_now); !admitted) {
       refuse("a register", admitted.error(), robot_id);
       answer_refusal(response_topic, encode(register_response(robot_id, false, admitted.error().message, nullptr)));
@@ -58,7 +59,7 @@ void Bridge::on_register(const Register& message) {
   }
   RobotMemory& memory = robot_memory_[robot_id];
   WriteRequest request;
-  if (!robot && !answer_on_its_way) request.create = new_robot(message, namespace_);
+  if (creates) request.create = new_robot(message, namespace_);
   // A replica sees only its slots' Robots: one that exists unseen (made
   // before slot labels) is not to be judged as new; it is labelled by the
   // backfill (slot_coordinator.h), and the robot registers again.
