@@ -7,7 +7,7 @@ log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 # Debian 12 packages the build, the tests and the demo need.
 K8S4R_PACKAGES=(
   g++ clang cmake ninja-build pkg-config git ccache clang-format
-  libpaho-mqttpp-dev libpaho-mqtt-dev libmosquitto-dev nlohmann-json3-dev libcurl4-openssl-dev libssl-dev
+  libpaho-mqttpp-dev libpaho-mqtt-dev libmosquitto-dev mosquitto-dev nlohmann-json3-dev libcurl4-openssl-dev libssl-dev
   libboost1.81-dev libspdlog-dev libcli11-dev libyaml-cpp-dev libcpp-httplib-dev libsystemd-dev
   libgtest-dev libgmock-dev libre2-dev
   mosquitto mosquitto-clients openssl curl

@@ -10,7 +10,7 @@ K8S4R_PACKAGING_PACKAGES=(
 # The arm64 -dev packages the cross build links against (CMakeLists.txt's
 # find_package list).
 K8S4R_SYSROOT_PACKAGES=(
-  libc6-dev libstdc++-12-dev libpaho-mqttpp-dev libpaho-mqtt-dev nlohmann-json3-dev libcurl4-openssl-dev
+  libc6-dev libstdc++-12-dev libpaho-mqttpp-dev libpaho-mqtt-dev mosquitto-dev nlohmann-json3-dev libcurl4-openssl-dev
   libssl-dev libboost1.81-dev libspdlog-dev libfmt-dev libcli11-dev libyaml-cpp-dev libcpp-httplib-dev
   libsystemd-dev libre2-dev
 )
