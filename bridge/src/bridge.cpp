@@ -4,6 +4,7 @@
 
 #include "k8s4r/bridge/cached_fields.h"
 
+#include "k8s4r/common/login_records.h"
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/crd/robot_secret.h"
 
@@ -105,6 +106,12 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
                    "Robot logins made (create), given a new token (rotate) and removed (remove) in the broker.");
   metrics_.declare("k8s4r_bridge_broker_identity_errors_total", Type::counter,
                    "Dynamic-security commands that failed or were not answered, by kind.");
+  metrics_.declare("k8s4r_bridge_broker_logins", Type::gauge,
+                   "Robot logins the broker's k8s4r-auth plugin holds, as it last answered (--login-plugin).");
+  metrics_.declare(
+      "k8s4r_bridge_broker_login_batches_total", Type::counter,
+      "Batches of robot logins sent to the k8s4r-auth plugin, by result: ok, stale (a section refused "
+      "for an older epoch), not_durable (applied, not saved), error (refused, unanswered or undelivered).");
 
   kube::InformerOptions robot_options{crd::kRobots, namespace_};
   kube::InformerOptions task_options{crd::kTasks, namespace_};
@@ -121,13 +128,16 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
   task_options.transform = keep_cached_fields;
   robots_ = std::make_unique<kube::Informer>(client_, robot_options);
   tasks_ = std::make_unique<kube::Informer>(client_, task_options);
-  if (config_.dynamic_security) {
+  if (config_.dynamic_security || config_.login_plugin) {
     kube::InformerOptions secret_options{crd::kSecrets, namespace_};
     secret_options.label_selector = crd::kRobotIdLabel;
     secret_options.transform = crd::keep_robot_secret_fields;  // the token, and nothing else of a Secret
     secrets_ = std::make_unique<kube::Informer>(client_, secret_options);
     const auto changed = [this](const kube::ObjectPtr& secret) {
-      loop_.post([this, robot = crd::robot_of_secret(*secret)] { reconcile_identity(robot); });
+      loop_.post([this, robot = crd::robot_of_secret(*secret)] {
+        if (config_.dynamic_security) reconcile_identity(robot);
+        if (config_.login_plugin) queue_login(robot);
+      });
     };
     secrets_->add_handler(
         kube::EventHandler{changed,
@@ -136,6 +146,13 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
                            {}});
     std::random_device random;
     identities_.prefix = "k8s4r-bridge-" + std::to_string(random()) + "-";
+    logins_.prefix = "bridge-" + std::to_string(random()) + ".";
+    // A single bridge's epoch: its start, in ms; a later start fences an
+    // earlier one that still runs.
+    logins_.epochs.assign(kSlots,
+                          static_cast<std::uint64_t>(
+                              std::chrono::duration_cast<std::chrono::milliseconds>(now().time_since_epoch()).count()));
+    logins_.busy.assign(kSlots, false);
   }
   tasks_->add_index("robot", [](const json& task) -> std::vector<std::string> {
     const std::string robot = crd::read_task(task).target_robot;
@@ -362,7 +379,8 @@ void Bridge::on_connected() {
     subscriptions.push_back({std::string(topics::kRegister), 1});
     subscriptions.push_back({std::string(topics::kHeartbeat), 0});
   }
-  if (secrets_) subscriptions.push_back({std::string(dynsec::kResponseTopic), 1});
+  if (config_.dynamic_security) subscriptions.push_back({std::string(dynsec::kResponseTopic), 1});
+  if (config_.login_plugin) subscriptions.push_back({std::string(logins::kResponseTopic), 1});
   link_->subscribe(subscriptions, [this](bool ok, const std::string& error) {
     loop_.post([this, ok, error] {
       if (!ok) {
@@ -375,6 +393,7 @@ void Bridge::on_connected() {
                                          : ", robots' own topics only (legacy-topics off)");
       if (hooks_.notify) hooks_.notify("READY=1\nSTATUS=connected, informers synced");
       identities_on_connected();
+      logins_on_connected();
       // Tasks that wait on a dispatch while the broker was away.
       for (const auto& task : tasks_->list()) reconcile_task(task);
       // Lists to keep that changed while it was away (a broker without
@@ -392,6 +411,7 @@ void Bridge::on_disconnected(const std::string& cause) {
     spdlog::warn("cannot connect to {}: {}", config_.broker_url, cause);
   mqtt_connected_ = false;
   identities_.listed = identities_listed_ = false;  // listed again on the next connection
+  logins_synced_ = false;                           // sent whole again on the next connection
   metrics_.set("k8s4r_bridge_mqtt_connected", {}, 0);
   metrics_.add("k8s4r_bridge_mqtt_connection_losses_total");
   static thread_local std::mt19937 random{std::random_device{}()};
@@ -454,6 +474,7 @@ void Bridge::publish(const std::string& topic, const std::string& payload, std::
 void Bridge::on_message(const std::string& topic, const std::string& payload) {
   if (stopping_) return;
   if (topic == dynsec::kResponseTopic) return on_dynsec_response(payload);
+  if (topic == logins::kResponseTopic) return on_login_response(payload);
   auto parsed_topic = topics::parse_topic(topic);
   if (!parsed_topic) {
     metrics_.add("k8s4r_bridge_messages_total", {{"topic", "other"}});
@@ -545,7 +566,8 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
 std::string Bridge::not_ready_reason() const {
   if (!synced_) return "informers not synced";
   if (!mqtt_connected_) return "not connected to the broker";
-  if (secrets_ && !identities_listed_) return "the broker's robot identities not listed yet";
+  if (config_.dynamic_security && !identities_listed_) return "the broker's robot identities not listed yet";
+  if (config_.login_plugin && !logins_synced_) return "the broker's robot logins not sent whole yet";
   if (coordinator_) {
     if (auto why = coordinator_->not_ready_reason(); !why.empty()) return why;
   }

@@ -55,7 +55,7 @@ std::optional<dynsec::Desired> Bridge::desired_identity(const std::string& robot
 }
 
 void Bridge::identities_on_connected() {
-  if (!secrets_) return;
+  if (!config_.dynamic_security) return;
   identities_.listed = identities_listed_ = false;
   identities_.in_flight.clear();
   identities_.busy.clear();
@@ -120,7 +120,7 @@ void Bridge::reconcile_identity(const std::string& robot_id) {
 }
 
 void Bridge::on_dynsec_response(const std::string& payload) {
-  if (!secrets_) return;
+  if (!config_.dynamic_security) return;
   auto responses = dynsec::parse_responses(payload);
   if (!responses) {
     refuse("a message on " + std::string(dynsec::kResponseTopic), {"InvalidPayload", responses.error().to_string()});
@@ -207,13 +207,7 @@ void Bridge::identity_answered(const std::string& correlation, const std::string
           "robot {}: its broker identity is removed (no Secret {} for it): the broker "
           "disconnected it and refuses it",
           change.robot_id, crd::robot_secret_name(change.robot_id));
-      // The broker skips the will of a client it removes: say offline for it.
-      if (auto topic = topics::presence(change.robot_id)) {
-        const Presence offline{change.robot_id, false, now(), std::nullopt};
-        link_->publish(topic.value(), encode(offline), 1, true, [](bool ok, const std::string& why) {
-          if (!ok) spdlog::warn("publishing a revoked robot's offline presence failed: {}", why);
-        });
-      }
+      say_offline(change.robot_id);
       break;
     }
     case dynsec::Action::none:
@@ -221,6 +215,15 @@ void Bridge::identity_answered(const std::string& correlation, const std::string
   }
   if (identities_.again.erase(change.robot_id)) reconcile_identity(change.robot_id);
   pump_identities();
+}
+
+void Bridge::say_offline(const std::string& robot_id) {
+  if (auto topic = topics::presence(robot_id)) {
+    const Presence offline{robot_id, false, now(), std::nullopt};
+    link_->publish(topic.value(), encode(offline), 1, true, [](bool ok, const std::string& why) {
+      if (!ok) spdlog::warn("publishing a revoked robot's offline presence failed: {}", why);
+    });
+  }
 }
 
 void Bridge::pump_identities() {

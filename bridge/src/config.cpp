@@ -75,6 +75,10 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
        "manage each robot's broker login from its Secret k8s4r-robot-<id> through Mosquitto's "
        "dynamic-security plugin (false)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.dynamic_security); }},
+      {"login-plugin", daemon::ValueType::Bool,
+       "send each robot's login (its Secret's token digest) to the broker's k8s4r-auth plugin, for fleets of "
+       "100,000 robots (false)",
+       [&c](const std::string& v) { return daemon::parse_bool(v, c.login_plugin); }},
       {"replica-id", daemon::ValueType::String,
        "this bridge's identity among replicas that share the fleet, e.g. the pod name of a StatefulSet (none: one "
        "bridge serves every robot)",
@@ -131,6 +135,11 @@ BridgeConfigOutcome parse_bridge_config(const std::vector<std::string>& args,
         if (config.dynamic_security && !config.replica_id.empty())
           errors.push_back(
               "dynamic-security is for one bridge: replicas (replica-id) cannot share the broker's logins yet");
+        if (config.login_plugin && config.username.empty())
+          errors.push_back(
+              "login-plugin needs mqtt-username: one of the plugin's bridge users (plugin_opt_bridge_users)");
+        if (config.login_plugin && config.dynamic_security)
+          errors.push_back("login-plugin and dynamic-security both manage robots' broker logins: choose one");
         // A replica stops serving before another may take its robots over.
         if (!config.replica_id.empty()) {
           for (std::string& error :

@@ -170,6 +170,12 @@ void Bridge::serve_slots(const ServedSlots& slots) {
       const std::uint32_t slot = slot_of(name);
       if (before[slot] == 0 && slots[slot] != 0) send_prefetch(name, false);
     }
+    // The broker's logins of the gained slots, whole, under the new epoch:
+    // the last owner's can no longer change them.
+    std::vector<std::uint32_t> gained_slots;
+    for (std::uint32_t slot = 0; slot < kSlots; ++slot)
+      if (before[slot] == 0 && slots[slot] != 0) gained_slots.push_back(slot);
+    logins_on_slots_gained(gained_slots);
   }
   // Epochs that changed for slots kept (a reclaim): nothing to redo; the
   // next message to each robot carries the new one.

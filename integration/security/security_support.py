@@ -6,6 +6,8 @@ the docs give, and every test using the `broker` fixture runs under both:
 - "dynamic-security": Mosquitto's dynamic-security plugin, prepared by deploy/mosquitto/dynsec-bootstrap.sh, with
   the bridge (--dynamic-security, under deploy/bridge-dynamic-security's Role) making each robot's login from its
   Secret k8s4r-robot-<id>."""
+import datetime
+import os
 import pathlib
 import subprocess
 import sys
@@ -17,7 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "agent")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "manager"))
 
 from agent_support import AgentProcess  # noqa: E402
-from bridge_support import BridgeProcess, apply_rbac, create_robot_secret  # noqa: E402,F401
+from bridge_support import BridgeProcess, apply_rbac, create_robot_secret, get  # noqa: E402,F401
 from conftest import SecureBroker, make_tls_files, wait_until  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -58,6 +60,29 @@ class DynsecBroker(SecureBroker):
         """mosquitto_ctrl as the plugin's admin: what an operator would run to look."""
         return subprocess.run(["mosquitto_ctrl", *self.ctrl_options(), "dynsec", *args], capture_output=True,
                               text=True, timeout=30)
+
+
+# The k8s4r-auth broker plugin of the build under test: build/lib beside build/bin.
+PLUGIN = pathlib.Path(os.environ.get("K8S4R_BIN_DIR", pathlib.Path(__file__).resolve().parents[2] / "build" / "bin")
+                      ).parent / "lib" / "k8s4r_auth.so"
+
+
+class LoginPluginBroker(SecureBroker):
+    """Mosquitto on TLS as docs/security.md sets it up for a large fleet: the k8s4r-auth plugin decides every robot;
+    the password and ACL files hold only the bridge and the operator (deploy/mosquitto/k8s4r.acl's lines for them
+    apply; its robot lines are never reached)."""
+
+    def __init__(self, workdir, tls):
+        self.state_file = pathlib.Path(workdir) / "k8s4r-auth.db"
+        super().__init__(workdir, tls, users={})
+
+    def listener_config(self):
+        return (super().listener_config() + f"plugin {PLUGIN}\nplugin_opt_state_file {self.state_file}\n"
+                "plugin_opt_bridge_users k8s4r-bridge\nplugin_opt_defer_users k8s4r-operator\n")
+
+    def restart(self):
+        self.stop()
+        self.start()
 
 
 @pytest.fixture
@@ -114,3 +139,27 @@ def secure_agent(tmp_path, broker, robot, token=None, extra=()):
     token_file = tmp_path / f"token-{robot}"
     token_file.write_text((token if token is not None else TOKENS[robot]) + "\n")
     return AgentProcess(broker, tmp_path / f"work-{robot}", robot, ["--token-file", str(token_file), *extra])
+
+
+def log_times(agent, text):
+    """When the agent logged lines holding `text` (its log's wall-clock timestamps)."""
+    return [datetime.datetime.strptime(line[:23], "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+            for line in agent.log_text().splitlines() if text in line]
+
+
+def connected(sim, robot):
+    return (get(sim, "robot", robot) or {}).get("status", {}).get("connected")
+
+
+def revoke(sim, agent, robot):
+    """Deletes a connected robot's Secret, as an operator revokes it, and checks what the robot and the operator
+    see: the broker disconnects it within 2 s (reason code 152) and refuses it when it tries again (135, twice), and
+    its Robot shows it disconnected (the broker skips the will of a client it removes; whoever removed it says it
+    offline for it)."""
+    revoked_at = datetime.datetime.now().timestamp()
+    sim.kubectl("delete", "secret", f"k8s4r-robot-{robot}")
+    kicked = wait_until(lambda: log_times(agent, "reason code 152"), 10, f"{robot} disconnected by the broker")
+    assert kicked[0] - revoked_at < 2.0, (kicked[0] - revoked_at, agent.log_text()[-2000:])
+    wait_until(lambda: len(log_times(agent, "reason code 135 (not authorized)")) >= 2, 30,
+               f"{robot} refused twice when it tries again")
+    wait_until(lambda: connected(sim, robot) is False, 10, f"{robot} shown disconnected")

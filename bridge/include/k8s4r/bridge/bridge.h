@@ -137,6 +137,30 @@ class Bridge {
     daemon::EventLoop::TimerId list_timer = 0, relist_timer = 0;
   };
 
+  // A batch of robot logins on its way to the broker's k8s4r-auth plugin.
+  struct LoginBatch {
+    std::vector<std::uint32_t> slots;  // its sections' slots: in no other batch meanwhile
+    std::vector<std::uint32_t> whole;  // those sent whole (replace)
+    std::vector<std::string> removed;  // robots whose login it removes
+    daemon::EventLoop::TimerId timer = 0;
+  };
+  struct Logins {
+    std::string prefix;  // of our correlations
+    std::uint64_t next = 1;
+    // A single bridge's epoch per slot: its start time in ms, or one past
+    // what the plugin held when it answered `stale` (another copy was newer).
+    std::vector<std::uint64_t> epochs;
+    std::set<std::string> changed;  // robots whose Secret changed, not sent yet
+    std::set<std::uint32_t> whole;  // slots to send whole: on connecting, gaining, after trouble
+    // Their robots (the Secrets'), read once from the cache when a slot is
+    // to be sent whole; a Secret that changes meanwhile is in `changed` too.
+    std::map<std::uint32_t, std::vector<std::string>> robots_of_whole;
+    std::set<std::uint32_t> unsynced;             // slots not answered `ok` whole since connecting
+    std::vector<bool> busy;                       // by slot: in a batch in flight
+    std::map<std::string, LoginBatch> in_flight;  // by correlation
+    daemon::EventLoop::TimerId flush_timer = 0, retry_timer = 0;
+  };
+
   // bridge.cpp: the MQTT side, routing, readiness; refusals.cpp: refusals.
   void connect();
   void on_connected();
@@ -251,6 +275,17 @@ class Bridge {
   void on_identity_list(const dynsec::Response& response);
   void identity_answered(const std::string& correlation, const std::string& error);
   void pump_identities();
+  // The broker's offline presence for a robot whose login was removed: the
+  // broker skips the will of a client it disconnects itself.
+  void say_offline(const std::string& robot_id);
+  // broker_logins.cpp (--login-plugin)
+  std::optional<std::uint64_t> login_epoch(std::uint32_t slot) const;
+  void logins_on_connected();
+  void logins_on_slots_gained(const std::vector<std::uint32_t>& slots);
+  void queue_login(const std::string& robot_id);
+  void pump_logins();
+  void on_login_response(const std::string& payload);
+  void login_batch_done(const std::string& correlation, const std::string& trouble);
 
   BridgeConfig config_;
   std::string namespace_;
@@ -263,6 +298,8 @@ class Bridge {
   std::unique_ptr<kube::Informer> robots_, tasks_;
   std::unique_ptr<kube::Informer> secrets_;  // robot Secrets, only with --dynamic-security
   Identities identities_;
+  Logins logins_;
+  std::atomic<bool> logins_synced_{false};  // logins_.unsynced empty, for readiness from any thread
   std::unique_ptr<KubeWriter> writer_;
   std::unique_ptr<mqtt::Link> link_;
   std::atomic<const mqtt::Link*> link_for_metrics_{nullptr};  // link_, read by the metrics thread

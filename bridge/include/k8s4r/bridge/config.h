@@ -37,6 +37,11 @@ struct BridgeConfig {
   // robot disconnected at once) when the Secret goes or the Robot is
   // Rejected (docs/security.md). Needs mqtt-username and reading Secrets.
   bool dynamic_security = false;
+  // login-plugin: feed each robot Secret's token digest to the broker's
+  // k8s4r-auth plugin (broker-plugin/, docs/security.md "Robot logins at
+  // fleet scale"), for fleets too large for dynamic-security. Needs
+  // mqtt-username (one of the plugin's bridge users) and reading Secrets.
+  bool login_plugin = false;
   // replica-id: this bridge's identity among replicas sharing the fleet
   // (docs/bridge.md#replicas). Empty: one bridge serves every robot, with no
   // Lease or slot table. Set: it serves only the slots the table

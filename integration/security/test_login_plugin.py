@@ -1,0 +1,166 @@
+"""Robot logins at fleet scale: a real Mosquitto loading build/lib/k8s4r_auth.so (broker-plugin/), fed by the bridge
+(--login-plugin) from each robot's Secret k8s4r-robot-<id>. A robot gets in with its token under its own id only, and
+touches only its own topics; a deleted Secret disconnects it within 2 s and keeps it out; the broker remembers the
+logins across its own restart without any bridge; a restarted bridge disconnects nobody. Judged by what the agents,
+plain MQTT clients and the plugin's file show."""
+import pathlib
+
+import pytest
+
+from security_support import (PLUGIN, TOKENS, LoginPluginBroker, connected, create_robot_secret,  # noqa: F401
+                              log_times, revoke, secure_agent, secure_bridge, sim, tls, wait_ready)
+from bridge_support import create_task, dispatch, wait_state  # noqa: E402 (path set above)
+from conftest import Observer, wait_until  # noqa: E402
+
+@pytest.fixture
+def mode():
+    return "login-plugin"  # the stand-in gets deploy/bridge-dynamic-security's Role: reading robot Secrets
+
+
+@pytest.fixture
+def broker(tmp_path, tls):
+    if not PLUGIN.exists():
+        pytest.fail(f"{PLUGIN} is not built")
+    started = LoginPluginBroker(tmp_path / "broker", tls)
+    yield started
+    started.stop()
+
+
+def plugin_bridge(workdir, broker, sim):
+    return wait_ready(secure_bridge(workdir, broker, sim, ["--login-plugin", "true"]).start())
+
+
+@pytest.fixture
+def bridge(tmp_path, broker, sim):
+    started = plugin_bridge(tmp_path / "bridge", broker, sim)
+    yield started
+    started.stop()
+
+
+
+
+def connect_rc(broker, username, password, client_id):
+    """The CONNACK code a plain client gets: 0 in, 5 not authorised."""
+    client = Observer(broker, topics=(), client_id=client_id, username=username, password=password)
+    try:
+        return client.connect_rc
+    finally:
+        client.close()
+
+
+def login_records(broker):
+    """The plugin's file, without its epoch records: the logins it was told, in order."""
+    return [line for line in broker.state_file.read_text().splitlines()[1:] if not line.startswith("epoch ")]
+
+
+def test_each_robot_logs_in_with_its_secret_and_a_deleted_secret_shuts_it_out_within_2s(tmp_path, sim, broker,
+                                                                                         bridge):
+    wait_until(lambda: bridge.metric("k8s4r_bridge_broker_logins") == len(TOKENS), 20, "a login per Secret")
+    # The file holds digests, never a token; nor does the bridge's log.
+    saved = broker.state_file.read_text()
+    assert all(token not in saved and token not in bridge.log_text() for token in TOKENS.values())
+    assert len(login_records(broker)) == len(TOKENS)
+    agents = [secure_agent(tmp_path, broker, robot).start() for robot in ("robot-1", "robot-2")]
+    try:
+        for robot in ("robot-1", "robot-2"):
+            wait_until(lambda: connected(sim, robot), 30, f"{robot} connected through its own login")
+        create_task(sim, "before", "echo ran")
+        dispatch(sim, "before")
+        wait_state(sim, "before", "completed", timeout=30)
+
+        revoke(sim, agents[0], "robot-1")
+        assert login_records(broker)[-1] == "del robot-1"
+        assert connected(sim, "robot-2") is True
+        create_task(sim, "after", "echo still", robot="robot-2")
+        dispatch(sim, "after")
+        wait_state(sim, "after", "completed", timeout=30)
+
+        # Made again, with a new token: the agent that kept trying with the old one stays out.
+        create_robot_secret(sim, "robot-1", "new-token-robot-1-77aa")
+        wait_until(lambda: bridge.metric("k8s4r_bridge_broker_logins") == len(TOKENS), 20, "robot-1's login back")
+        assert connect_rc(broker, "robot-1", TOKENS["robot-1"], "robot-1") == 5
+        assert connect_rc(broker, "robot-1", "new-token-robot-1-77aa", "robot-1") == 0
+    finally:
+        for agent in agents:
+            agent.cleanup()
+
+
+def test_a_robot_gets_in_only_as_itself_and_touches_only_its_own_topics(sim, broker, bridge):
+    wait_until(lambda: bridge.metric("k8s4r_bridge_broker_logins") == len(TOKENS), 20, "a login per Secret")
+    assert connect_rc(broker, "robot-1", TOKENS["robot-1"], "robot-1") == 0
+    assert connect_rc(broker, "robot-1", "guessed", "robot-1") == 5
+    assert connect_rc(broker, "robot-1", TOKENS["robot-2"], "robot-1") == 5  # another robot's token
+    # Its own token under another robot's client id would take that robot's session over.
+    assert connect_rc(broker, "robot-1", TOKENS["robot-1"], "robot-2") == 5
+    assert connect_rc(broker, "robot-9", "anything", "robot-9") == 5  # no Secret, no login
+    assert connect_rc(broker, "", None, "robot-1") == 5  # anonymous
+
+    # A logged-in robot (a stolen one, say): its own topics only, and never the plugin's.
+    robot_2 = Observer(broker, topics=("k8s4r/robots/robot-2/tasks/dispatch", "k8s4r/robots/robot-1/tasks/dispatch",
+                                       "k8s4r/#", "$CONTROL/#"),
+                       client_id="robot-2", username="robot-2", password=TOKENS["robot-2"])
+    try:
+        assert robot_2.connect_rc == 0
+        assert robot_2.granted["k8s4r/robots/robot-2/tasks/dispatch"] == 1
+        for refused in ("k8s4r/robots/robot-1/tasks/dispatch", "k8s4r/#", "$CONTROL/#"):
+            assert robot_2.granted[refused] == 128, (refused, robot_2.granted)
+        # A forged batch that would remove robot-1's login changes nothing.
+        # Its PUBACK back means the broker has handled it.
+        robot_2.publish("$CONTROL/k8s4r-logins/v1", "k8s4r-logins 1 forged\nslot 303 18446744073709551615 replace\n",
+                        qos=1)
+        assert connect_rc(broker, "robot-1", TOKENS["robot-1"], "robot-1") == 0
+        assert "forged" not in broker.state_file.read_text()
+    finally:
+        robot_2.close()
+    # Nor can the operator, who may read every robot's topics.
+    operator = Observer(broker, topics=("k8s4r/#",))
+    try:
+        assert operator.connect_rc == 0 and operator.granted["k8s4r/#"] == 1
+        operator.publish("$CONTROL/k8s4r-logins/v1", "k8s4r-logins 1 operator\nslot 303 18446744073709551615 "
+                         "replace\n", qos=1)
+        assert connect_rc(broker, "robot-1", TOKENS["robot-1"], "robot-1") == 0
+    finally:
+        operator.close()
+
+
+def test_a_restarted_broker_lets_robots_in_without_the_bridge_and_a_revoked_one_stays_out(tmp_path, sim, broker):
+    bridge = plugin_bridge(tmp_path / "bridge", broker, sim)
+    try:
+        wait_until(lambda: bridge.metric("k8s4r_bridge_broker_logins") == len(TOKENS), 20, "a login per Secret")
+        sim.kubectl("delete", "secret", "k8s4r-robot-robot-3")
+        wait_until(lambda: bridge.metric("k8s4r_bridge_broker_logins") == len(TOKENS) - 1, 20, "robot-3 revoked")
+    finally:
+        bridge.stop()
+    broker.restart()  # no bridge anywhere
+    assert connect_rc(broker, "robot-1", TOKENS["robot-1"], "robot-1") == 0
+    assert connect_rc(broker, "robot-3", TOKENS["robot-3"], "robot-3") == 5
+
+    # A file the plugin cannot read lets nobody in (fail closed) until a bridge sends the logins again.
+    broker.stop()
+    text = broker.state_file.read_text()
+    broker.state_file.write_text(text.replace("set robot-2 ", "sot robot-2 "))
+    broker.start()
+    assert connect_rc(broker, "robot-1", TOKENS["robot-1"], "robot-1") == 5
+    assert pathlib.Path(str(broker.state_file) + ".corrupt").exists()
+    bridge = plugin_bridge(tmp_path / "bridge-again", broker, sim)
+    try:
+        assert connect_rc(broker, "robot-1", TOKENS["robot-1"], "robot-1") == 0  # ready: the logins are in
+        assert connect_rc(broker, "robot-3", TOKENS["robot-3"], "robot-3") == 5
+    finally:
+        bridge.stop()
+
+
+def test_a_restarted_bridge_disconnects_nobody_and_changes_no_login(tmp_path, sim, broker):
+    bridge = plugin_bridge(tmp_path / "bridge", broker, sim)
+    robot = secure_agent(tmp_path, broker, "robot-1").start()
+    try:
+        wait_until(lambda: connected(sim, "robot-1"), 30, "robot-1 connected")
+        before = login_records(broker)
+        bridge.stop()
+        bridge = plugin_bridge(tmp_path / "bridge-again", broker, sim)
+        assert bridge.metric("k8s4r_bridge_broker_logins") == len(TOKENS)
+        assert login_records(broker) == before  # only the new epochs were written
+        assert not log_times(robot, "reason code"), robot.log_text()[-2000:]
+    finally:
+        robot.cleanup()
+        bridge.stop()
