@@ -223,11 +223,14 @@ void Bridge::on_login_response(const std::string& payload) {
         robot_id, crd::robot_secret_name(robot_id));
   }
   if (!response.value().durable) {
+    // Applied, so a revocation holds; but a broker restart would forget it
+    // until the bridge is back: sent again until the plugin can save it.
     metrics_.add("k8s4r_bridge_broker_login_batches_total", {{"result", "not_durable"}});
     spdlog::error(
-        "the broker's k8s4r-auth plugin applied {} login change(s) but could not save them (a full disk?): "
-        "they hold until the broker restarts, and the bridge sends every login again when it reconnects",
-        response.value().changed);
+        "the broker's k8s4r-auth plugin applied {} login change(s) but could not save them (a full disk?); "
+        "sending those slots whole again in {} s until it can",
+        response.value().changed, kRetryAfterTrouble.count());
+    send_whole_later(batch.slots);
   } else {
     metrics_.add("k8s4r_bridge_broker_login_batches_total", {{"result", stale.empty() ? "ok" : "stale"}});
   }
@@ -235,6 +238,14 @@ void Bridge::on_login_response(const std::string& payload) {
     spdlog::info("the broker's k8s4r-auth plugin changed {} login(s), disconnected {} robot(s); it holds {}",
                  response.value().changed, response.value().kicked, response.value().held);
   login_batch_done(found->first, "");
+}
+
+void Bridge::send_whole_later(const std::vector<std::uint32_t>& slots) {
+  loop_.after(kRetryAfterTrouble, [this, slots] {
+    if (!mqtt_connected_) return;  // connecting sends everything
+    logins_.whole.insert(slots.begin(), slots.end());
+    pump_logins();
+  });
 }
 
 void Bridge::login_batch_done(const std::string& correlation, const std::string& trouble) {
@@ -250,11 +261,7 @@ void Bridge::login_batch_done(const std::string& correlation, const std::string&
         "a batch of robot logins for the broker ({} slot(s)) failed: {}; sending those slots whole again in "
         "{} s",
         batch.slots.size(), trouble, kRetryAfterTrouble.count());
-    loop_.after(kRetryAfterTrouble, [this, slots = batch.slots] {
-      if (!mqtt_connected_) return;  // connecting sends everything
-      logins_.whole.insert(slots.begin(), slots.end());
-      pump_logins();
-    });
+    send_whole_later(batch.slots);
   }
   const bool synced = logins_.unsynced.empty();
   if (synced && !logins_synced_)

@@ -48,7 +48,27 @@ struct Plugin {
   auth::Users users;
   auth::LoginTable table;
   std::unique_ptr<auth::StateFile> file;
+  // The table holds changes the file lacks (an append failed: a full disk):
+  // the file is rewritten whole at the next batch, until that succeeds.
+  bool unsaved = false;
 };
+
+// Rewrites the state file from the table; whether it did.
+bool rewrite(Plugin& plugin) {
+  const auto started = std::chrono::steady_clock::now();
+  auto compacted = plugin.file->compact(plugin.table);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+  if (!compacted) {
+    mosquitto_log_printf(MOSQ_LOG_ERR, "k8s4r-auth: rewriting the state file failed (it is kept as it was): %s",
+                         compacted.error().to_string().c_str());
+    return false;
+  }
+  mosquitto_log_printf(MOSQ_LOG_NOTICE, "k8s4r-auth: state file rewritten with %zu login(s) in %lld ms",
+                       plugin.table.size(), static_cast<long long>(took));
+  plugin.unsaved = false;
+  return true;
+}
 
 int verdict_code(auth::Verdict verdict, int deny) {
   switch (verdict) {
@@ -131,32 +151,29 @@ int on_control(int, void* event_data, void* userdata) noexcept {
       return MOSQ_ERR_SUCCESS;
     }
     const auth::Applied applied = plugin.table.apply(batch.value());
-    // On disk before anyone is kicked or answered; a full disk keeps the
-    // change in memory (a revocation still takes effect) and says so.
-    auto written = plugin.file->append(applied.records);
-    if (!written)
+    // On disk before anyone is kicked or answered. A full disk keeps the
+    // change in memory (a revocation still takes effect), says so in the
+    // answer (the bridge sends again until it is saved), and the whole
+    // table is written at the next batch that finds room.
+    bool durable = false;
+    if (plugin.unsaved) {
+      durable = rewrite(plugin);
+    } else if (auto written = plugin.file->append(applied.records); !written) {
       mosquitto_log_printf(MOSQ_LOG_ERR, "k8s4r-auth: %zu login change(s) applied but not saved: %s",
                            applied.records.size(), written.error().to_string().c_str());
+      plugin.unsaved = true;
+    } else {
+      durable = true;
+      if (plugin.file->wants_compaction(plugin.table.size() + k8s4r::kSlots)) (void)rewrite(plugin);
+    }
     std::uint64_t kicked = 0;
     for (const std::string& robot_id : applied.kick)
       if (kick(robot_id)) ++kicked;
-    if (written && plugin.file->wants_compaction(plugin.table.size() + k8s4r::kSlots)) {
-      const auto started = std::chrono::steady_clock::now();
-      auto compacted = plugin.file->compact(plugin.table);
-      const auto took =
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
-      if (compacted)
-        mosquitto_log_printf(MOSQ_LOG_NOTICE, "k8s4r-auth: state file rewritten with %zu login(s) in %lld ms",
-                             plugin.table.size(), static_cast<long long>(took));
-      else
-        mosquitto_log_printf(MOSQ_LOG_ERR, "k8s4r-auth: rewriting the state file failed (it is kept as it was): %s",
-                             compacted.error().to_string().c_str());
-    }
     logins::Response response{batch.value().correlation};
     response.held = plugin.table.size();
     response.changed = applied.changed;
     response.kicked = kicked;
-    response.durable = written.has_value();
+    response.durable = durable;
     response.stale = applied.stale;
     answer(client_id, response);
     return MOSQ_ERR_SUCCESS;
@@ -233,8 +250,7 @@ __attribute__((visibility("default"))) int mosquitto_plugin_init(mosquitto_plugi
                            state_file->c_str());
     mosquitto_log_printf(MOSQ_LOG_NOTICE, "k8s4r-auth: %zu robot login(s) from %s", plugin->table.size(),
                          state_file->c_str());
-    if (plugin->file->wants_compaction(plugin->table.size() + k8s4r::kSlots))
-      (void)plugin->file->compact(plugin->table);
+    if (plugin->file->wants_compaction(plugin->table.size() + k8s4r::kSlots)) (void)rewrite(*plugin);
     int rc = mosquitto_callback_register(identifier, MOSQ_EVT_BASIC_AUTH, on_basic_auth, nullptr, plugin.get());
     if (rc == MOSQ_ERR_SUCCESS)
       rc = mosquitto_callback_register(identifier, MOSQ_EVT_ACL_CHECK, on_acl_check, nullptr, plugin.get());

@@ -72,8 +72,8 @@ class LoginPluginBroker(SecureBroker):
     the password and ACL files hold only the bridge and the operator (deploy/mosquitto/k8s4r.acl's lines for them
     apply; its robot lines are never reached)."""
 
-    def __init__(self, workdir, tls):
-        self.state_file = pathlib.Path(workdir) / "k8s4r-auth.db"
+    def __init__(self, workdir, tls, state_dir=None):
+        self.state_file = pathlib.Path(state_dir or workdir) / "k8s4r-auth.db"
         super().__init__(workdir, tls, users={})
 
     def listener_config(self):

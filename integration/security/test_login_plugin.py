@@ -3,7 +3,10 @@
 touches only its own topics; a deleted Secret disconnects it within 2 s and keeps it out; the broker remembers the
 logins across its own restart without any bridge; a restarted bridge disconnects nobody. Judged by what the agents,
 plain MQTT clients and the plugin's file show."""
+import json
+import os
 import pathlib
+import subprocess
 
 import pytest
 
@@ -164,3 +167,43 @@ def test_a_restarted_bridge_disconnects_nobody_and_changes_no_login(tmp_path, si
     finally:
         robot.cleanup()
         bridge.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs for the plugin's state file")
+def test_a_full_disk_still_revokes_and_the_revocation_is_saved_once_there_is_room(tmp_path, tls, sim):
+    disk = tmp_path / "small-disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], check=True)
+    broker = LoginPluginBroker(tmp_path / "broker", tls, state_dir=disk)
+    bridge = None
+    try:
+        bridge = plugin_bridge(tmp_path / "bridge", broker, sim)
+        wait_until(lambda: bridge.metric("k8s4r_bridge_broker_logins") == len(TOKENS), 20, "a login per Secret")
+        subprocess.run(["dd", "if=/dev/zero", f"of={disk}/filler", "bs=4k"], capture_output=True)  # until ENOSPC
+        # More logins than the file's last page has room for (8 KiB of records): the disk is full for it now.
+        sim.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "Secret",
+             "metadata": {"name": f"k8s4r-robot-extra-{i}", "labels": {"robot.k8s4r.io/robot-id": f"extra-{i}"}},
+             "stringData": {"token": f"token-extra-{i}"}} for i in range(100)]}))
+        wait_until(lambda: bridge.metric("k8s4r_bridge_broker_login_batches_total", result="not_durable"), 20,
+                   "the plugin to say it could not save")
+
+        sim.kubectl("delete", "secret", "k8s4r-robot-robot-3")
+        wait_until(lambda: connect_rc(broker, "robot-3", TOKENS["robot-3"], "robot-3") == 5, 10,
+                   "robot-3 revoked all the same")
+        assert "set robot-3 " in broker.state_file.read_text()  # not on disk yet
+        assert "could not save them" in bridge.log_text()
+
+        (disk / "filler").unlink()
+        wait_until(lambda: "robot-3" not in broker.state_file.read_text(), 20, "the revocation saved")
+        assert "set extra-99 " in broker.state_file.read_text()
+        bridge.stop()
+        broker.restart()  # no bridge: what the broker remembers is what is on disk
+        assert connect_rc(broker, "robot-3", TOKENS["robot-3"], "robot-3") == 5
+        assert connect_rc(broker, "robot-1", TOKENS["robot-1"], "robot-1") == 0
+        assert connect_rc(broker, "extra-99", "token-extra-99", "extra-99") == 0
+    finally:
+        if bridge:
+            bridge.stop()
+        broker.stop()
+        subprocess.run(["umount", str(disk)], check=False)

@@ -286,6 +286,7 @@ class Bridge {
   void pump_logins();
   void on_login_response(const std::string& payload);
   void login_batch_done(const std::string& correlation, const std::string& trouble);
+  void send_whole_later(const std::vector<std::uint32_t>& slots);
 
   BridgeConfig config_;
   std::string namespace_;
