@@ -91,6 +91,42 @@ class Probe:
             made.disconnect()
 
 
+def revocation_waits(broker, sim, count, after=lambda robot: None):
+    """For robots r0 .. r<count-1>, one at a time: logged in with its token, then its Secret deleted; the seconds
+    from `kubectl delete secret` returning to the broker disconnecting it. `after(robot)` runs once it is out."""
+    waits = []
+    for i in range(count):
+        robot = f"r{i}"
+        gone, connected = threading.Event(), threading.Event()
+        made = client(broker, robot, robot, token_of(robot))
+        made.on_connect = lambda *a: connected.set()
+        made.on_disconnect = lambda *a: gone.set()
+        made.connect("127.0.0.1", broker.port)
+        made.loop_start()
+        assert connected.wait(10), f"{robot} did not log in"
+        before = time.monotonic()
+        sim.kubectl("delete", "secret", f"k8s4r-robot-{robot}")
+        assert gone.wait(10), f"{robot} was not disconnected"
+        waits.append(time.monotonic() - before)
+        made.loop_stop()
+        after(robot)
+    return waits
+
+
+def bench_main(doc, run, robots, revocations, prefix):
+    """The command line both login benchmarks share: --robots, --revocations, --json."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--robots", type=int, default=robots)
+    parser.add_argument("--revocations", type=int, default=revocations)
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
+        figures = run(args, pathlib.Path(directory))
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
 def run(args, workdir):
     figures = {"robots": args.robots}
     sim = KubeSim(workdir / "sim", token="admin-token", tls=make_tls_files(workdir / "api-tls"))
@@ -121,22 +157,7 @@ def run(args, workdir):
         figures["restart_ready_seconds"] = round(time.monotonic() - started, 2)
         figures["restart_changes"] = again.metric("k8s4r_bridge_broker_identity_changes_total")
 
-        waits = []
-        for i in range(args.revocations):
-            robot = f"r{i}"
-            gone = threading.Event()
-            made = client(broker, robot, robot, token_of(robot))
-            connected = threading.Event()
-            made.on_connect = lambda *a: connected.set()
-            made.on_disconnect = lambda *a: gone.set()
-            made.connect("127.0.0.1", broker.port)
-            made.loop_start()
-            assert connected.wait(10), f"{robot} did not log in"
-            before = time.monotonic()
-            sim.kubectl("delete", "secret", f"k8s4r-robot-{robot}")
-            assert gone.wait(10), f"{robot} was not disconnected"
-            waits.append(time.monotonic() - before)
-            made.loop_stop()
+        waits = revocation_waits(broker, sim, args.revocations)
         figures["revocation_median_ms"] = round(statistics.median(waits) * 1000, 1)
         figures["revocation_max_ms"] = round(max(waits) * 1000, 1)
         return figures
@@ -152,16 +173,7 @@ def run(args, workdir):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--robots", type=int, default=1000)
-    parser.add_argument("--revocations", type=int, default=10)
-    parser.add_argument("--json", help="also write the figures here")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="k8s4r-dynsec-bench-") as directory:
-        figures = run(args, pathlib.Path(directory))
-    print(json.dumps(figures, indent=2))
-    if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(figures, indent=2))
+    bench_main(__doc__, run, 1000, 10, "k8s4r-dynsec-bench-")
 
 
 if __name__ == "__main__":

@@ -147,7 +147,9 @@ class BridgeProcess(DaemonProcess):
         self.log_path = self.workdir / "bridge.log"
         self.process = None
 
-    def start(self):
+    def start(self, ready_within=20):
+        """Starts it and waits until it says it is ready (a fleet of 100,000 Secrets takes longer than the 20 s
+        default to list)."""
         kubeconfig = getattr(self.sim, "bridge_kubeconfig", self.sim.kubeconfig)
         command = [binary("k8s4r-bridge"), "--broker-url", self.broker.url, "--kubeconfig", str(kubeconfig),
                    "--metrics-bind-address", f"127.0.0.1:{self.port}", "--log-level", self.log_level, *self.extra]
@@ -161,7 +163,7 @@ class BridgeProcess(DaemonProcess):
         self.log = open(self.log_path, "a")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
                                         env={"PATH": "/usr/bin:/bin"})
-        wait_until(lambda: self.ready(), 20, "the bridge to be ready")
+        wait_until(lambda: self.ready(), ready_within, "the bridge to be ready")
         return self
 
 
