@@ -109,10 +109,12 @@ def broker(tmp_path, tls, mode):
 @pytest.fixture
 def sim(kube_sim, tls_files, mode):
     """The stand-in enforcing RBAC, with the CRDs, every robot's Secret, and the bridge's kubeconfig for its Role:
-    deploy/bridge's, and with dynamic security deploy/bridge-dynamic-security's (reading robot Secrets)."""
+    deploy/bridge's, with dynamic security deploy/bridge-dynamic-security's and with the login plugin
+    deploy/bridge-login-plugin's (both reading robot Secrets)."""
     started = kube_sim("--authorization-mode=RBAC", token="admin-token", tls=tls_files)
     started.apply_crds()
-    directory = REPO / "deploy" / ("bridge" if mode == "acl-file" else "bridge-dynamic-security")
+    directory = REPO / "deploy" / {"acl-file": "bridge", "dynamic-security": "bridge-dynamic-security",
+                                   "login-plugin": "bridge-login-plugin"}[mode]
     started.bridge_kubeconfig = apply_rbac(started, directory, "k8s4r-bridge")
     started.manager_kubeconfig = apply_rbac(started, REPO / "deploy" / "manager", "k8s4r-manager")
     for robot, token in TOKENS.items():

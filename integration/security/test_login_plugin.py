@@ -17,7 +17,7 @@ from conftest import Observer, wait_until  # noqa: E402
 
 @pytest.fixture
 def mode():
-    return "login-plugin"  # the stand-in gets deploy/bridge-dynamic-security's Role: reading robot Secrets
+    return "login-plugin"  # the stand-in gets deploy/bridge-login-plugin's Roles: reading robot Secrets
 
 
 @pytest.fixture
