@@ -12,8 +12,13 @@ import pytest
 
 from security_support import (PLUGIN, TOKENS, LoginPluginBroker, connected, create_robot_secret,  # noqa: F401
                               log_times, revoke, secure_agent, secure_bridge, sim, tls, wait_ready)
-from bridge_support import create_task, dispatch, wait_state  # noqa: E402 (path set above)
+from bridge_support import (DEPLOY_REPLICAS, BridgeProcess, apply_rbac, create_task, dispatch,  # noqa: E402
+                            owner_among, settled, slot_of, slot_table, wait_state)
 from conftest import Observer, wait_until  # noqa: E402
+
+LEASE_SECONDS = 4
+REPLICA = ["--replica-lease-duration", f"{LEASE_SECONDS}s", "--replica-renew-deadline", "3s",
+           "--replica-retry-period", "500ms"]
 
 @pytest.fixture
 def mode():
@@ -207,3 +212,62 @@ def test_a_full_disk_still_revokes_and_the_revocation_is_saved_once_there_is_roo
             bridge.stop()
         broker.stop()
         subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_replicas_each_send_their_own_slots_and_a_deposed_writers_batch_is_refused(tmp_path, sim, broker):
+    """Two bridge replicas with --login-plugin: each sends the logins of its own slots under their epochs; a batch
+    replayed with an older epoch (what a deposed replica would send) is refused and changes nothing; when a replica
+    is killed, the other takes its slots and a revocation there works."""
+    sim.bridge_kubeconfig = apply_rbac(sim, DEPLOY_REPLICAS, "k8s4r-bridge")  # the Leases and the slot table too
+    members = ["bridge-a", "bridge-b"]
+    robots = {}
+    for n in range(1, 1000):
+        robot = f"robot-{n}"
+        robots.setdefault(owner_among(slot_of(robot), members), robot)
+        if len(robots) == 2:
+            break
+    for robot in robots.values():
+        create_robot_secret(sim, robot, f"token-{robot}")
+    made = {}
+    try:
+        for name in members:
+            made[name] = BridgeProcess(tmp_path / name, broker, sim, ["--replica-id", name, "--login-plugin", "true",
+                                                                     *REPLICA]).start(ready_within=30)
+        wait_until(lambda: settled(sim, members), 20, "the slot table to share the slots between the two")
+        for robot in robots.values():
+            wait_until(lambda: connect_rc(broker, robot, f"token-{robot}", robot) == 0, 20, f"{robot} logs in")
+        # Every slot's logins were last sent under its owner's epoch from the slot table.
+        def epochs_in_file():
+            held = {}
+            for line in broker.state_file.read_text().splitlines():
+                if line.startswith("epoch "):
+                    _, slot, epoch = line.split()
+                    held[int(slot)] = int(epoch)
+            return held
+        wait_until(lambda: epochs_in_file() == {slot: epoch for slot, (_, epoch, _) in slot_table(sim)[0].items()},
+                   10, "each slot's logins under its owner's epoch")
+
+        # A batch under an older epoch than the slot's (a deposed replica's, replayed): refused, nothing changed.
+        robot_a = robots["bridge-a"]
+        forger = Observer(broker, topics=("$CONTROL/k8s4r-logins/v1/response",), client_id="replayer",
+                          username="k8s4r-bridge", password=broker.bridge_password)
+        try:
+            forger.publish("$CONTROL/k8s4r-logins/v1", f"k8s4r-logins 1 replay\nslot {slot_of(robot_a)} 0\n"
+                           f"del {robot_a}\n")
+            answer = wait_until(lambda: forger.on("$CONTROL/k8s4r-logins/v1/response"), 10, "the plugin's answer")
+            assert f"\nstale {slot_of(robot_a)} " in answer[0].decode(), answer
+            assert " changed=0 " in answer[0].decode(), answer
+        finally:
+            forger.close()
+        assert connect_rc(broker, robot_a, f"token-{robot_a}", robot_a) == 0
+
+        # bridge-a dies; bridge-b takes its slots (and their epochs), and a revocation there takes effect.
+        made["bridge-a"].kill9()
+        wait_until(lambda: settled(sim, ["bridge-b"]), LEASE_SECONDS + 15, "bridge-b to own every slot")
+        sim.kubectl("delete", "secret", f"k8s4r-robot-{robot_a}")
+        wait_until(lambda: connect_rc(broker, robot_a, f"token-{robot_a}", robot_a) == 5, 15,
+                   f"{robot_a} revoked by the replica that took its slot over")
+        assert connect_rc(broker, robots["bridge-b"], f"token-{robots['bridge-b']}", robots["bridge-b"]) == 0
+    finally:
+        for bridge in made.values():
+            bridge.stop()
