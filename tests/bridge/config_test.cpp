@@ -65,5 +65,19 @@ TEST(BridgeConfig, AReplicaHasItsOwnSessionAndLeaseTimingsThatLetItStopBeforeAno
   }
 }
 
+TEST(BridgeConfig, TheLoginPluginNeedsTheBridgesOwnUserAndExcludesDynamicSecurity) {
+  auto outcome = parse({"--login-plugin"});
+  ASSERT_FALSE(outcome.config);
+  EXPECT_NE(outcome.output.find("login-plugin needs mqtt-username"), std::string::npos) << outcome.output;
+  outcome = parse({"--login-plugin", "--dynamic-security", "--mqtt-username", "k8s4r-bridge"});
+  ASSERT_FALSE(outcome.config);
+  EXPECT_NE(outcome.output.find("both manage robots' broker logins: choose one"), std::string::npos) << outcome.output;
+  // With replicas it is allowed: each sends its own slots under their epochs.
+  outcome = parse({"--login-plugin", "--mqtt-username", "k8s4r-bridge", "--replica-id", "bridge-1"});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_TRUE(outcome.config->login_plugin);
+  EXPECT_FALSE(parse({}).config->login_plugin);
+}
+
 }  // namespace
 }  // namespace k8s4r::bridge
