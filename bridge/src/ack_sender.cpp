@@ -12,16 +12,14 @@ void AckSender::report(const std::string& robot_id, ReportAck ack) {
     return;
   }
   // The same report acknowledged again while the first waits (the robot
-  // sent it again): said once, with the newest word on it.
-  std::vector<ReportAck>& reports = waiting_[robot_id].reports;
-  const auto same = std::find_if(reports.begin(), reports.end(), [&ack](const ReportAck& waiting) {
-    return waiting.task_uid == ack.task_uid && waiting.seq == ack.seq;
-  });
-  if (same != reports.end()) {
-    *same = std::move(ack);
-  } else {
-    reports.push_back(std::move(ack));
-  }
+  // sent it again): said once, with the newest word on it, found by key (a
+  // burst to one robot while the link has no room stays linear).
+  Waiting& waiting = waiting_[robot_id];
+  const auto [at, fresh] = waiting.position.try_emplace({ack.task_uid, ack.seq}, waiting.reports.size());
+  if (fresh)
+    waiting.reports.push_back(std::move(ack));
+  else
+    waiting.reports[at->second] = std::move(ack);
   schedule();
 }
 

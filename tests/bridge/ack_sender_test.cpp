@@ -98,12 +98,16 @@ TEST(AckSenderRoom, WhileTheLinkHasNoRoomEachRobotsAcknowledgementsWaitAsOne) {
   EXPECT_TRUE(sent.empty());
   EXPECT_EQ(acks.robots_waiting(), 2u);
   EXPECT_GT(acks.waits_for_room(), 0u);
+  acks.report("robot-1", {"t-2", 1, ReportResult::recorded});
+  acks.report("robot-1", {"t-1", 2, ReportResult::recorded});  // once more: keeps its place
   const Timestamp newest = clock.wall() - 100ms;
   room = true;
   testing::advance(clock, loop, 20ms);
   ASSERT_EQ(sent.size(), 2u);
   EXPECT_EQ(sent[0].ack.heartbeat, newest);   // the newest heartbeat's, not the first
-  EXPECT_EQ(sent[0].ack.reports.size(), 1u);  // one report, said once
+  ASSERT_EQ(sent[0].ack.reports.size(), 2u);  // each report said once, in the order first seen
+  EXPECT_EQ(sent[0].ack.reports[0].task_uid, "t-1");
+  EXPECT_EQ(sent[0].ack.reports[1].task_uid, "t-2");
   EXPECT_EQ(sent[1].ack.heartbeat, newest);
   EXPECT_EQ(acks.robots_waiting(), 0u);
 }

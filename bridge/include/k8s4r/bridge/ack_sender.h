@@ -29,6 +29,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace k8s4r::bridge {
@@ -66,7 +67,8 @@ class AckSender {
 
  private:
   struct Waiting {
-    std::vector<ReportAck> reports;
+    std::vector<ReportAck> reports;                                        // in the order first seen
+    std::map<std::pair<std::string, std::int64_t>, std::size_t> position;  // (task uid, seq) → index in reports
     std::optional<Timestamp> heartbeat;
     bool heartbeat_seen = false;
     bool resend_artifacts = false;
