@@ -147,8 +147,9 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
     std::random_device random;
     identities_.prefix = "k8s4r-bridge-" + std::to_string(random()) + "-";
     logins_.prefix = "bridge-" + std::to_string(random()) + ".";
-    // A single bridge's epoch: its start, in ms; a later start fences an
-    // earlier one that still runs.
+    // A single bridge's epoch: its start, in ms. Not a fence: a single
+    // bridge has no lease, and one that meets a newer epoch takes the slot
+    // over (broker_logins.cpp); two copies send the same Secrets.
     logins_.epochs.assign(kSlots,
                           static_cast<std::uint64_t>(
                               std::chrono::duration_cast<std::chrono::milliseconds>(now().time_since_epoch()).count()));

@@ -19,11 +19,14 @@
 // skips its will, so the plugin publishes its offline presence itself.
 #include "k8s4r/bridge/bridge.h"
 
+#include "k8s4r/common/identifiers.h"
 #include "k8s4r/common/login_records.h"
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/crd/robot_secret.h"
 
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 namespace k8s4r::bridge {
 
@@ -70,9 +73,26 @@ void Bridge::logins_on_slots_gained(const std::vector<std::uint32_t>& slots) {
   pump_logins();
 }
 
+// A robot id the plugin would refuse (a Secret named for an id with a dot,
+// say) would make it refuse the whole batch, every time: left out, and said.
+bool Bridge::login_id_usable(const std::string& robot_id) {
+  if (robot_id.empty() || robot_id == config_.username) return false;
+  if (validate_identifier(robot_id)) return true;
+  refuse("robot Secret " + crd::robot_secret_name(robot_id),
+         {"InvalidRobotId", "its robot id cannot be a broker login (it must be a DNS-1123 label): no login for it"});
+  return false;
+}
+
 void Bridge::queue_login(const std::string& robot_id) {
-  if (!config_.login_plugin || robot_id.empty() || robot_id == config_.username || !serves(robot_id)) return;
+  if (!config_.login_plugin || !login_id_usable(robot_id) || !serves(robot_id)) return;
   logins_.changed.insert(robot_id);
+  // A slot waiting to be sent whole was listed before this Secret changed:
+  // whole, it must name this robot too (a new Secret would otherwise be
+  // sent alone and then removed by the whole slot).
+  if (auto listed = logins_.robots_of_whole.find(slot_of(robot_id)); listed != logins_.robots_of_whole.end()) {
+    if (std::find(listed->second.begin(), listed->second.end(), robot_id) == listed->second.end())
+      listed->second.push_back(robot_id);
+  }
   if (logins_.flush_timer) return;
   logins_.flush_timer = loop_.after(kBatchWindow, [this] {
     logins_.flush_timer = 0;
@@ -97,7 +117,7 @@ void Bridge::pump_logins() {
     for (const std::uint32_t slot : unread) logins_.robots_of_whole[slot];
     for (const auto& secret : secrets_->list()) {
       std::string robot_id = crd::robot_of_secret(*secret);
-      if (robot_id.empty() || robot_id == config_.username) continue;
+      if (!login_id_usable(robot_id)) continue;
       const std::uint32_t slot = slot_of(robot_id);
       if (unread.count(slot)) logins_.robots_of_whole[slot].push_back(std::move(robot_id));
     }
@@ -127,6 +147,7 @@ void Bridge::pump_logins() {
         if (!batch.sections.empty()) break;  // the next batch
         spdlog::error("slot {} holds {} robot logins, more than one batch carries ({}): its logins are not sent", slot,
                       section.changes.size(), logins::kMaxBatchLines - 2);
+        logins_.unsynced.erase(slot);  // nothing to wait for: readiness must not hang on it
         logins_.robots_of_whole.erase(slot);
         it = logins_.whole.erase(it);
         continue;
@@ -181,6 +202,7 @@ void Bridge::pump_logins() {
     });
     logins_.in_flight.emplace(correlation, std::move(sent));
   }
+  logins_synced_ = logins_.unsynced.empty();  // slots dropped above count as answered
 }
 
 void Bridge::on_login_response(const std::string& payload) {

@@ -9,7 +9,9 @@
 //   plugin_opt_bridge_users k8s4r-bridge                       (required)
 //   plugin_opt_defer_users k8s4r-operator
 //
-// Needs `per_listener_settings false`. Everything runs in the broker's one
+// Needs `per_listener_settings false`. Options are read at start only: a
+// reload changes nothing (Mosquitto 2.0.11 hands reload callbacks no
+// options, and taking that for empty lists would shut the bridge out). Everything runs in the broker's one
 // thread; no exception crosses into the broker (a broken invariant refuses
 // the login or the access, and says so in the broker's log).
 #include "k8s4r/auth/access.h"
@@ -49,13 +51,16 @@ struct Plugin {
   auth::LoginTable table;
   std::unique_ptr<auth::StateFile> file;
   // The table holds changes the file lacks (an append failed: a full disk):
-  // the file is rewritten whole at the next batch, until that succeeds.
+  // the file is rewritten whole at a later batch, at most every 10 s (each
+  // try writes the whole file in the broker's only thread), until it works.
   bool unsaved = false;
+  std::chrono::steady_clock::time_point last_rewrite_try{};
 };
 
 // Rewrites the state file from the table; whether it did.
 bool rewrite(Plugin& plugin) {
   const auto started = std::chrono::steady_clock::now();
+  plugin.last_rewrite_try = started;
   auto compacted = plugin.file->compact(plugin.table);
   const auto took =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
@@ -115,18 +120,21 @@ void answer(const char* client_id, const logins::Response& response) {
                                 text.data(), 1, false, nullptr);
 }
 
-// Disconnects a robot whose login went or changed. The broker skips the will
-// of a client it disconnects itself, so the plugin says what the will would
-// have: the robot's offline presence, retained (the bridge marks the Robot
-// disconnected from it). Whether it was connected at all.
-bool kick(const std::string& robot_id) {
-  if (mosquitto_kick_client_by_clientid(robot_id.c_str(), false) != MOSQ_ERR_SUCCESS) return false;
+// Disconnects a robot whose login went or changed, if it is connected. By
+// user name, which walks the live connections only: kicking by client id
+// would also find a robot's offline persistent session, which Mosquitto
+// 2.0.11 then puts on its session-expiry list twice. (A robot's user name is
+// its client id, so this is the robot.) The broker skips the will of a
+// client it disconnects itself, so the plugin says what the will would have:
+// the robot's offline presence, retained (the bridge marks the Robot
+// disconnected from it); true of an offline robot too.
+void kick(const std::string& robot_id) {
+  mosquitto_kick_client_by_username(robot_id.c_str(), false);
   if (auto topic = topics::presence(robot_id)) {
     const std::string offline = encode(Presence{robot_id, false, std::chrono::system_clock::now(), std::nullopt});
     mosquitto_broker_publish_copy(nullptr, topic.value().c_str(), static_cast<int>(offline.size()), offline.data(), 1,
                                   true, nullptr);
   }
-  return true;
 }
 
 // The correlation of a batch that did not parse, when its header has one.
@@ -157,22 +165,24 @@ int on_control(int, void* event_data, void* userdata) noexcept {
     // table is written at the next batch that finds room.
     bool durable = false;
     if (plugin.unsaved) {
-      durable = rewrite(plugin);
-    } else if (auto written = plugin.file->append(applied.records); !written) {
-      mosquitto_log_printf(MOSQ_LOG_ERR, "k8s4r-auth: %zu login change(s) applied but not saved: %s",
-                           applied.records.size(), written.error().to_string().c_str());
-      plugin.unsaved = true;
+      if (std::chrono::steady_clock::now() - plugin.last_rewrite_try >= std::chrono::seconds(10))
+        durable = rewrite(plugin);
     } else {
-      durable = true;
-      if (plugin.file->wants_compaction(plugin.table.size() + k8s4r::kSlots)) (void)rewrite(plugin);
+      plugin.unsaved = true;  // until the append is in: an exception between here and there leaves it set
+      if (auto written = plugin.file->append(applied.records); !written) {
+        mosquitto_log_printf(MOSQ_LOG_ERR, "k8s4r-auth: %zu login change(s) applied but not saved: %s",
+                             applied.records.size(), written.error().to_string().c_str());
+      } else {
+        plugin.unsaved = false;
+        durable = true;
+        if (plugin.file->wants_compaction(plugin.table.size() + k8s4r::kSlots)) (void)rewrite(plugin);
+      }
     }
-    std::uint64_t kicked = 0;
-    for (const std::string& robot_id : applied.kick)
-      if (kick(robot_id)) ++kicked;
+    for (const std::string& robot_id : applied.kick) kick(robot_id);
     logins::Response response{batch.value().correlation};
     response.held = plugin.table.size();
     response.changed = applied.changed;
-    response.kicked = kicked;
+    response.kicked = applied.kick.size();
     response.durable = durable;
     response.stale = applied.stale;
     answer(client_id, response);
@@ -192,17 +202,6 @@ std::optional<std::string> option(const mosquitto_opt* options, int count, std::
 auth::Users users_from(const mosquitto_opt* options, int count) {
   return auth::Users{auth::parse_user_list(option(options, count, "bridge_users").value_or("")),
                      auth::parse_user_list(option(options, count, "defer_users").value_or(""))};
-}
-
-int on_reload(int, void* event_data, void* userdata) noexcept {
-  try {
-    auto* event = static_cast<mosquitto_evt_reload*>(event_data);
-    static_cast<Plugin*>(userdata)->users = users_from(event->options, event->option_count);
-    return MOSQ_ERR_SUCCESS;
-  } catch (const std::exception& e) {
-    mosquitto_log_printf(MOSQ_LOG_ERR, "k8s4r-auth: reloading the options failed: %s", e.what());
-    return MOSQ_ERR_UNKNOWN;
-  }
 }
 
 }  // namespace
@@ -256,8 +255,6 @@ __attribute__((visibility("default"))) int mosquitto_plugin_init(mosquitto_plugi
       rc = mosquitto_callback_register(identifier, MOSQ_EVT_ACL_CHECK, on_acl_check, nullptr, plugin.get());
     if (rc == MOSQ_ERR_SUCCESS)
       rc = mosquitto_callback_register(identifier, MOSQ_EVT_CONTROL, on_control, kControlTopic, plugin.get());
-    if (rc == MOSQ_ERR_SUCCESS)
-      rc = mosquitto_callback_register(identifier, MOSQ_EVT_RELOAD, on_reload, nullptr, plugin.get());
     if (rc != MOSQ_ERR_SUCCESS) {
       mosquitto_log_printf(MOSQ_LOG_ERR, "k8s4r-auth: registering with the broker failed (%d)", rc);
       return rc;
@@ -276,7 +273,6 @@ __attribute__((visibility("default"))) int mosquitto_plugin_cleanup(void* userda
   mosquitto_callback_unregister(plugin->identifier, MOSQ_EVT_BASIC_AUTH, on_basic_auth, nullptr);
   mosquitto_callback_unregister(plugin->identifier, MOSQ_EVT_ACL_CHECK, on_acl_check, nullptr);
   mosquitto_callback_unregister(plugin->identifier, MOSQ_EVT_CONTROL, on_control, kControlTopic);
-  mosquitto_callback_unregister(plugin->identifier, MOSQ_EVT_RELOAD, on_reload, nullptr);
   return MOSQ_ERR_SUCCESS;
 }
 

@@ -161,9 +161,11 @@ Result<void> StateFile::compact(const LoginTable& table) {
     ::unlink(temporary.c_str());
     return written.error();
   }
-  if (auto synced = sync_directory_of(path_); !synced) return synced.error();
+  // Renamed: from now on appends go to the new file, whatever follows.
   records_ = records.size();
-  return open_for_append();
+  auto opened = open_for_append();
+  if (auto synced = sync_directory_of(path_); !synced) return synced.error();
+  return opened;
 }
 
 }  // namespace k8s4r::auth

@@ -282,6 +282,7 @@ class Bridge {
   std::optional<std::uint64_t> login_epoch(std::uint32_t slot) const;
   void logins_on_connected();
   void logins_on_slots_gained(const std::vector<std::uint32_t>& slots);
+  bool login_id_usable(const std::string& robot_id);
   void queue_login(const std::string& robot_id);
   void pump_logins();
   void on_login_response(const std::string& payload);
