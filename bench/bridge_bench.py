@@ -35,6 +35,7 @@ Usage:
                                                          # phase 4 for two agents, alternating, side by side
   /usr/bin/python3 bench/bridge_bench.py --bridge-arg=--heartbeat-ack-interval --bridge-arg=1h
                                                          # the bridge with more flags
+  /usr/bin/python3 bench/bridge_bench.py --workdir /tmp/bench-run       # keep every log for a post-mortem
   /usr/bin/python3 bench/bridge_bench.py --replicas 3 --robots 20000
                                                          # three replicas sharing 20,000 robots
 Exits non-zero when something did not work (a robot not registered, a Task
@@ -42,6 +43,7 @@ never completed or never ran, a GET or LIST per message); the timing goals are
 reported, never asserted.
 """
 import argparse
+import contextlib
 import datetime
 import http.client
 import json
@@ -598,6 +600,9 @@ def main():
     parser.add_argument("--replicas", type=int, default=0,
                         help="bridge replicas sharing the fleet (0: one bridge without --replica-id)")
     parser.add_argument("--json", type=pathlib.Path, help="also write the figures here")
+    parser.add_argument("--workdir", type=pathlib.Path,
+                        help="run in this directory and keep it afterwards: the bridge's, broker's and fleet's logs "
+                             "for a post-mortem (default: a temporary directory, removed)")
     args = parser.parse_args()
     if args.short:
         args.robots, args.window, args.status_tasks, args.dispatch_tasks, args.raw_seconds = 500, 4.0, 200, 50, 2.0
@@ -610,7 +615,10 @@ def main():
             sys.exit(f"{args.robots} robots need {wanted} open files; the hard limit is {hard}")
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
-    with tempfile.TemporaryDirectory(prefix="k8s4r-bridge-bench-") as directory:
+    if args.workdir:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    with (contextlib.nullcontext(str(args.workdir)) if args.workdir
+          else tempfile.TemporaryDirectory(prefix="k8s4r-bridge-bench-")) as directory:
         bench = Bench(args, pathlib.Path(directory))
         failed = False
         try:
