@@ -299,8 +299,12 @@ class ScriptedRobot:
         while not self._stop.wait(0.3):
             beat = dict(self.beat)
             if self.echo_dispatches:
-                sent = [m["timestamp"] for m in self.wire.json_on(f"k8s4r/robots/{self.name}/tasks/dispatch")]
-                beat["newestDispatch"] = max(sent, key=instant)
+                # Those that carry a time (a delete, say, may not): one without must not end this thread,
+                # which would silently stop the robot's heartbeats.
+                sent = [m["timestamp"] for m in self.wire.json_on(f"k8s4r/robots/{self.name}/tasks/dispatch")
+                        if "timestamp" in m]
+                if sent:
+                    beat["newestDispatch"] = max(sent, key=instant)
             self.wire.publish(f"k8s4r/robots/{self.name}/heartbeat", beat)
 
     def next_create(self, timeout=30):
