@@ -100,6 +100,8 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
                    "Bridge replicas live by their Leases, this one included.");
   metrics_.declare("k8s4r_bridge_messages_not_served_total", Type::counter,
                    "MQTT messages of robots another replica serves, dropped unread.");
+  metrics_.declare("k8s4r_bridge_robots_subscribed", Type::gauge,
+                   "Robots whose topics this replica subscribes to, its own (replica-own-subscriptions).");
   metrics_.declare("k8s4r_bridge_broker_identities", Type::gauge,
                    "Robot logins the bridge holds in the broker's dynamic-security plugin.");
   metrics_.declare("k8s4r_bridge_broker_identity_changes_total", Type::counter,
@@ -173,13 +175,19 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
       [this](const kube::ObjectPtr& robot) {
         // First sight: its list to keep is published (retained) once, an empty one too (the broker may
         // hold one from before that is no longer wanted).
-        loop_.post([this, name = crd::read_robot(*robot).name] { send_prefetch(name, false); });
+        loop_.post([this, name = crd::read_robot(*robot).name] {
+          follow_robot(name);
+          send_prefetch(name, false);
+        });
       },
       [this](const kube::ObjectPtr&, const kube::ObjectPtr& robot) {
         loop_.post([this, name = crd::read_robot(*robot).name] { on_robot_changed(name, false); });
       },
       [this](const kube::ObjectPtr& robot, bool) {
-        loop_.post([this, name = crd::read_robot(*robot).name] { on_robot_changed(name, true); });
+        loop_.post([this, name = crd::read_robot(*robot).name] {
+          unfollow_deleted_later(name);
+          on_robot_changed(name, true);
+        });
       },
       [connected = kube::field_changed("/status/connected"), phase = kube::field_changed("/status/phase"),
        prefetch = kube::field_changed("/status/prefetch")](const json& old_robot, const json& robot) {
@@ -372,10 +380,14 @@ void Bridge::on_connected() {
   // The shared legacy topics only while Go K8s4r agents may be left. A session
   // that subscribed to them earlier keeps them at the broker: what arrives
   // there with legacy-topics off is refused (LegacyTopic), never applied.
-  std::vector<mqtt::Subscription> subscriptions{{std::string(topics::kAllRegisterFilter), 1},
-                                                {std::string(topics::kAllTaskStatusFilter), 1},
-                                                {std::string(topics::kAllPresenceFilter), 1},
-                                                {std::string(topics::kAllHeartbeatFilter), 0}};
+  // A replica following its own robots (own_subscriptions.cpp) takes only
+  // the registers of all.
+  std::vector<mqtt::Subscription> subscriptions{{std::string(topics::kAllRegisterFilter), 1}};
+  if (!own_subscriptions()) {
+    subscriptions.push_back({std::string(topics::kAllTaskStatusFilter), 1});
+    subscriptions.push_back({std::string(topics::kAllPresenceFilter), 1});
+    subscriptions.push_back({std::string(topics::kAllHeartbeatFilter), 0});
+  }
   if (config_.legacy_topics) {
     subscriptions.push_back({std::string(topics::kRegister), 1});
     subscriptions.push_back({std::string(topics::kHeartbeat), 0});
@@ -389,10 +401,18 @@ void Bridge::on_connected() {
         on_disconnected("subscribe failed");
         return;
       }
-      spdlog::info("subscribed to register, task status and presence (QoS 1) and heartbeat (QoS 0){}",
-                   config_.legacy_topics ? ", robots' own topics and the legacy shared ones"
-                                         : ", robots' own topics only (legacy-topics off)");
+      if (own_subscriptions()) {
+        spdlog::info(
+            "subscribed to every robot's register (QoS 1){}; following its own robots' heartbeat (QoS 0), "
+            "task status and presence (QoS 1)",
+            config_.legacy_topics ? " and the legacy shared topics" : "");
+      } else {
+        spdlog::info("subscribed to register, task status and presence (QoS 1) and heartbeat (QoS 0){}",
+                     config_.legacy_topics ? ", robots' own topics and the legacy shared ones"
+                                           : ", robots' own topics only (legacy-topics off)");
+      }
       if (hooks_.notify) hooks_.notify("READY=1\nSTATUS=connected, informers synced");
+      subscriptions_on_connected();
       identities_on_connected();
       logins_on_connected();
       // Tasks that wait on a dispatch while the broker was away.
@@ -487,6 +507,11 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
   // legacy shared topic is judged once its payload names the robot.)
   if (!where.legacy && !where.robot_id.empty() && !serves(where.robot_id)) {
     metrics_.add("k8s4r_bridge_messages_not_served_total");
+    // Not a register (those reach every replica): a filter left from before.
+    if (own_subscriptions() && where.kind != topics::TopicKind::register_robot) {
+      subscriptions_.stray(where.robot_id);
+      subscribe_soon();
+    }
     return;
   }
   const auto not_served = [&](const std::string& robot_id) {

@@ -96,6 +96,10 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
       {"replica-retry-period", daemon::ValueType::Duration,
        "how often a replica renews its Lease; it reads the slot table four times as often (2s)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.replica_retry_period); }},
+      {"replica-own-subscriptions", daemon::ValueType::Bool,
+       "a replica subscribes to the topics of its own robots only, so the broker sends each robot's messages to "
+       "its owner alone; false: every replica receives the whole fleet's (true)",
+       [&c](const std::string& v) { return daemon::parse_bool(v, c.replica_own_subscriptions); }},
       {"kube-writers", daemon::ValueType::Count, "threads writing to the Kubernetes API (4)",
        [&c](const std::string& v) -> ApplyResult {
          std::size_t writers = 0;

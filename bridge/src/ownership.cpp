@@ -2,8 +2,9 @@
 // every robot. A replica serves the robots of the slots the slot table gives
 // it (slot_coordinator.h): it handles their messages, dispatches their
 // Tasks, and stamps what it sends them with the slot's epoch; every other
-// robot's messages it drops unread, for their owner has them too (every
-// replica subscribes to every robot's topics).
+// robot's messages it drops unread, for their owner has them too (with
+// replica-own-subscriptions=false, or a filter left from before:
+// own_subscriptions.cpp).
 //
 // What a robot sends while its slot changes hands is not lost: a report or
 // register unanswered is sent again by its agent until the new owner
@@ -177,6 +178,8 @@ void Bridge::serve_slots(const ServedSlots& slots) {
       if (before[slot] == 0 && slots[slot] != 0) gained_slots.push_back(slot);
     logins_on_slots_gained(gained_slots);
   }
+  // The broker sends this replica what its robots send, and no more.
+  if (gained > 0 || lost > 0) follow_served_slots();
   // Epochs that changed for slots kept (a reclaim): nothing to redo; the
   // next message to each robot carries the new one.
   spdlog::info("replica {}: now serves {} more and {} fewer slot(s)", config_.replica_id, gained, lost);

@@ -33,8 +33,8 @@ def sim(kube_sim, tls_files):
 def replicas(tmp_path, broker, sim):
     made = {}
 
-    def start(name):
-        made[name] = BridgeProcess(tmp_path / name, broker, sim, ["--replica-id", name, *REPLICA]).start()
+    def start(name, extra=()):
+        made[name] = BridgeProcess(tmp_path / name, broker, sim, ["--replica-id", name, *REPLICA, *extra]).start()
         return made[name]
     yield start, made
     for replica in made.values():
@@ -117,11 +117,13 @@ def assert_each_ran_once(sim, tasks):
         assert task["status"]["state"] == "completed" and task["status"].get("exitCode") == 0, task["status"]
 
 
-def test_three_replicas_share_the_slots_and_each_serves_only_its_robots(tmp_path, sim, replicas, agents):
+@pytest.mark.parametrize("own_subscriptions", [True, False], ids=["own-subscriptions", "every-robot"])
+def test_three_replicas_share_the_slots_and_each_serves_only_its_robots(tmp_path, sim, replicas, agents,
+                                                                         own_subscriptions):
     start, made = replicas
     members = ["bridge-0", "bridge-1", "bridge-2"]
     for name in members:
-        start(name)
+        start(name, [] if own_subscriptions else ["--replica-own-subscriptions=false"])
     wait_until(lambda: settled(sim, members), 20, "the slot table to share every slot among the three")
     served = {}
 
@@ -146,8 +148,20 @@ def test_three_replicas_share_the_slots_and_each_serves_only_its_robots(tmp_path
     for name in members:
         assert made[name].metric("k8s4r_bridge_informer_objects", resource="robots") == 2, name
         assert made[name].metric("k8s4r_bridge_informer_objects", resource="tasks") == 6, name
-    # The other replicas dropped what they do not serve, unread.
-    assert all(made[name].metric("k8s4r_bridge_messages_not_served_total") > 0 for name in members)
+    # The broker sends each robot's heartbeats, reports and presence to its owner alone (only registers reach
+    # every replica); with replica-own-subscriptions=false to every replica, the others dropping them unread.
+    # Judged over the next heartbeats (one a second from each of the six robots).
+    before = {name: (made[name].metric("k8s4r_bridge_messages_not_served_total"),
+                     made[name].metric("k8s4r_bridge_messages_total", topic="heartbeat")) for name in members}
+    wait_until(lambda: all(made[name].metric("k8s4r_bridge_messages_total", topic="heartbeat") >=
+                           before[name][1] + 6 for name in members), 20, "each replica to get its robots' heartbeats")
+    for name in members:
+        not_served = made[name].metric("k8s4r_bridge_messages_not_served_total") - before[name][0]
+        subscribed = made[name].metric("k8s4r_bridge_robots_subscribed")
+        if own_subscriptions:
+            assert (not_served, subscribed) == (0, 2), name
+        else:
+            assert not_served >= 6 and subscribed == 0, name
 
 
 def test_a_replica_killed_under_load_is_taken_over_and_its_stale_dispatches_are_refused(tmp_path, sim, replicas,
@@ -173,6 +187,9 @@ def test_a_replica_killed_under_load_is_taken_over_and_its_stale_dispatches_are_
         wait_until(lambda: settled(sim, survivors), LEASE_SECONDS + 6, "the survivors to take its slots over")
         took = time.monotonic() - killed_at
         assert took < LEASE_SECONDS + 4, took
+        # The survivors follow the dead one's robots' topics now: between them, every robot's.
+        wait_until(lambda: sum(made[n].metric("k8s4r_bridge_robots_subscribed") for n in survivors) == len(robots),
+                   5, "the survivors to follow every robot")
         table, _ = slot_table(sim)
         new_epoch = table[slot_of(victim_robot)][1]
         assert new_epoch > old_epoch
@@ -265,3 +282,28 @@ def test_robots_and_tasks_made_before_slot_labels_are_labelled_and_served(tmp_pa
     wait_until(lambda: all_completed(sim, ["old"]), 40, "the old Task to complete")
     assert out.read_text().splitlines() == ["old"]
     assert get(sim, "rtask", "old")["metadata"]["labels"]["robot.k8s4r.io/slot"] == "303"
+
+
+def test_a_replica_that_received_every_robot_lets_those_subscriptions_go_when_it_follows_its_own(tmp_path, sim,
+                                                                                                 replicas, agents):
+    """An upgrade: the replica's persistent session at the broker still holds the shared filters its earlier run
+    (replica-own-subscriptions=false, or a version before it) subscribed to. Once it follows its own robots, the
+    broker sends it no other robot's messages."""
+    start, made = replicas
+    members = ["bridge-0", "bridge-1"]
+    for name in members:
+        start(name, ["--replica-own-subscriptions=false"])
+    wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
+    start_robots(sim, agents, members, 1)
+    wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total") > 0, 10,
+               "bridge-0 to receive the other replica's robot")
+    made["bridge-0"].stop()
+    start("bridge-0")
+    wait_until(lambda: settled(sim, members), 20, "the slot table to settle again")
+    wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_robots_subscribed") == 1, 10,
+               "bridge-0 to follow its own robot")
+    before = made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total")
+    heartbeats = made["bridge-0"].metric("k8s4r_bridge_messages_total", topic="heartbeat")
+    wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_messages_total", topic="heartbeat") >= heartbeats + 3,
+               10, "bridge-0 to get its own robot's heartbeats")
+    assert made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total") == before

@@ -39,6 +39,7 @@ struct FakeLink final : mqtt::Link {
     for (const auto& subscription : subscriptions) subscribed.push_back(subscription.filter);
     done(true, "");
   }
+  void unsubscribe(const std::vector<std::string>&, mqtt::Completion done) override { done(true, ""); }
   void publish(const std::string& topic, const std::string& payload, int, bool, mqtt::Completion done) override {
     published.push_back({topic, payload, std::move(done)});
   }

@@ -115,6 +115,34 @@ std::future<bool> completion(Completion& done) {
   return promise->get_future();
 }
 
+// What a client received, in order, to wait on.
+struct Received {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::vector<std::string> payloads;
+  std::function<void(const std::string&)> recorder() {
+    return [this](const std::string& payload) {
+      std::lock_guard lock(mutex);
+      payloads.push_back(payload);
+      arrived.notify_all();
+    };
+  }
+  // Waits until `count` arrived (at most 10 s); what arrived.
+  std::vector<std::string> wait_for(std::size_t count) {
+    std::unique_lock lock(mutex);
+    arrived.wait_for(lock, 10s, [&] { return payloads.size() >= count; });
+    return payloads;
+  }
+};
+
+// Subscribes and waits for the broker's answer.
+bool subscribe(Client& client, const std::vector<Subscription>& subscriptions) {
+  Completion done;
+  auto subscribed = completion(done);
+  client.link->subscribe(subscriptions, std::move(done));
+  return subscribed.wait_for(10s) == std::future_status::ready && subscribed.get();
+}
+
 TEST(PahoLink, PublishingNeverWaitsForAMessageCallbackThatIsWaiting) {
   // Paho calls the message callback holding the mutex every publish takes; a
   // daemon's inbox makes that callback wait for the daemon's loop. Were
@@ -132,11 +160,7 @@ TEST(PahoLink, PublishingNeverWaitsForAMessageCallbackThatIsWaiting) {
     released.wait();  // as a full inbox waits
   });
   ASSERT_TRUE(receiver.connect());
-  Completion subscribed_done;
-  auto subscribed = completion(subscribed_done);
-  receiver.link->subscribe({{"t/in", 1}}, std::move(subscribed_done));
-  ASSERT_EQ(subscribed.wait_for(10s), std::future_status::ready);
-  ASSERT_TRUE(subscribed.get());
+  ASSERT_TRUE(subscribe(receiver, {{"t/in", 1}}));
 
   Client sender(broker.url(), "sender", [](const std::string&) {});
   ASSERT_TRUE(sender.connect());
@@ -161,19 +185,10 @@ TEST(PahoLink, ABurstBeyondWhatPahoHoldsWaitsForRoomAndArrivesWholeInOrder) {
   // Paho refuses a publish when 100 wait in it already; the link waits for room.
   testing::TempDir dir;
   Broker broker(dir.path());
-  std::mutex mutex;
-  std::condition_variable arrived;
-  std::vector<std::string> received;
-  Client watcher(broker.url(), "watcher", [&](const std::string& payload) {
-    std::lock_guard lock(mutex);
-    received.push_back(payload);
-    arrived.notify_all();
-  });
+  Received received;
+  Client watcher(broker.url(), "watcher", received.recorder());
   ASSERT_TRUE(watcher.connect());
-  Completion subscribed_done;
-  auto subscribed = completion(subscribed_done);
-  watcher.link->subscribe({{"t/order", 1}}, std::move(subscribed_done));
-  ASSERT_EQ(subscribed.wait_for(10s), std::future_status::ready);
+  ASSERT_TRUE(subscribe(watcher, {{"t/order", 1}}));
 
   Client sender(broker.url(), "sender", [](const std::string&) {});
   ASSERT_TRUE(sender.connect());
@@ -184,15 +199,34 @@ TEST(PahoLink, ABurstBeyondWhatPahoHoldsWaitsForRoomAndArrivesWholeInOrder) {
       if (!ok) ++refused;
     });
   }
-  std::unique_lock lock(mutex);
-  arrived.wait_for(lock, 10s, [&] { return received.size() == 150; });
-  ASSERT_EQ(received.size(), 150u) << acknowledged << " acknowledged, " << refused << " refused";
-  for (int i = 0; i < 150; ++i) EXPECT_EQ(received[static_cast<std::size_t>(i)], std::to_string(i));
-  lock.unlock();
+  const std::vector<std::string> arrived = received.wait_for(150);
+  ASSERT_EQ(arrived.size(), 150u) << acknowledged << " acknowledged, " << refused << " refused";
+  for (int i = 0; i < 150; ++i) EXPECT_EQ(arrived[static_cast<std::size_t>(i)], std::to_string(i));
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (acknowledged < 150 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(acknowledged, 150);
   sender.link->disconnect(2s);
+}
+
+TEST(PahoLink, UnsubscribingStopsThatFilterAloneAndAFilterNeverHeldIsNoError) {
+  testing::TempDir dir;
+  Broker broker(dir.path());
+  Received received;
+  Client watcher(broker.url(), "watcher", received.recorder());
+  ASSERT_TRUE(watcher.connect());
+  ASSERT_TRUE(subscribe(watcher, {{"t/a", 1}, {"t/b", 1}}));
+  Completion unsubscribed_done;
+  auto unsubscribed = completion(unsubscribed_done);
+  watcher.link->unsubscribe({"t/a", "t/never"}, std::move(unsubscribed_done));
+  ASSERT_EQ(unsubscribed.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(unsubscribed.get());
+
+  Client sender(broker.url(), "sender", [](const std::string&) {});
+  ASSERT_TRUE(sender.connect());
+  // In order on one connection: once "b" arrived, "a" would have too.
+  sender.link->publish("t/a", "a", 1, false, [](bool, const std::string&) {});
+  sender.link->publish("t/b", "b", 1, false, [](bool, const std::string&) {});
+  EXPECT_EQ(received.wait_for(1), std::vector<std::string>{"b"});
 }
 
 }  // namespace

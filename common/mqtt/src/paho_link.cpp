@@ -135,6 +135,12 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
     command(id, [this, id, topics, qoses] { client_.subscribe(topics, qoses, context_of(id), *this); });
   }
 
+  void unsubscribe(const std::vector<std::string>& filters, Completion done) override {
+    const std::uint64_t id = remember(std::move(done));
+    auto topics = std::make_shared<::mqtt::string_collection>(filters);
+    command(id, [this, id, topics] { client_.unsubscribe(topics, context_of(id), *this); });
+  }
+
   void publish(const std::string& topic, const std::string& payload, int qos, bool retain, Completion done) override {
     const std::uint64_t id = remember(std::move(done));
     command(id, [this, id, topic, payload, qos, retain] {

@@ -19,6 +19,8 @@
 //                   slot table gives this replica are served: their
 //                   messages handled, their Tasks dispatched (with the
 //                   slot's epoch), the rest left to their owners;
+//   own_subscriptions  a replica subscribes to its own robots' topics
+//                   only, so the broker sends each message to its owner;
 //   broker_identities  with --dynamic-security, each robot's Secret made its
 //                   broker login, confined to its own topics, and removed
 //                   (the robot disconnected) when the Secret goes, and
@@ -41,6 +43,7 @@
 #include "k8s4r/bridge/new_robot_gate.h"
 #include "k8s4r/bridge/refusal_log.h"
 #include "k8s4r/bridge/robot_patches.h"
+#include "k8s4r/bridge/robot_subscriptions.h"
 #include "k8s4r/bridge/slot_coordinator.h"
 #include "k8s4r/bridge/task_patches.h"
 #include "k8s4r/bridge/token_bucket.h"
@@ -265,6 +268,17 @@ class Bridge {
   // timers dropped. Slots gained: their Tasks reconciled (dispatched under
   // the new epoch), their robots' artifact lists published.
   void serve_slots(const ServedSlots& slots);
+  // own_subscriptions.cpp (a replica with replica-own-subscriptions)
+  bool own_subscriptions() const;
+  // Follows the robot's topics if its slot is served here and its Robot
+  // cached, and lets them go if not.
+  void follow_robot(const std::string& robot_id);
+  void unfollow_deleted_later(const std::string& robot_id);
+  // After the served slots changed: their cached robots followed, the rest let go.
+  void follow_served_slots();
+  void subscriptions_on_connected();
+  void subscribe_soon();
+  void pump_subscriptions();
   // broker_identities.cpp
   std::optional<dynsec::Desired> desired_identity(const std::string& robot_id) const;
   void identities_on_connected();
@@ -315,6 +329,10 @@ class Bridge {
   // serve: the coordinator's calls only, which it makes one at a time.
   ServedSlots cached_slots_ = ServedSlots(kSlots, 0), serving_slots_ = ServedSlots(kSlots, 0);
   std::atomic<bool> leaving_{false};  // shutting down: the coordinator waits for the loop no more
+  RobotSubscriptions subscriptions_;
+  std::uint64_t subscriptions_batches_ = 0;  // batches sent so far
+  std::uint64_t subscriptions_batch_ = 0;    // the one in flight, 0: none
+  daemon::EventLoop::TimerId subscriptions_timer_ = 0;
 
   // Messages between Paho's thread and the loop: at most this many wait, so
   // a burst waits in the broker, not in the bridge's heap.

@@ -51,6 +51,10 @@ struct BridgeConfig {
   std::chrono::nanoseconds replica_lease_duration = std::chrono::seconds(15);  // replica-lease-duration
   std::chrono::nanoseconds replica_renew_deadline = std::chrono::seconds(10);  // replica-renew-deadline
   std::chrono::nanoseconds replica_retry_period = std::chrono::seconds(2);     // replica-retry-period
+  // replica-own-subscriptions: a replica subscribes to its own robots' topics
+  // only (three filters per robot), so the broker sends each message to one
+  // replica; false: to every robot's, each replica dropping what is not its own.
+  bool replica_own_subscriptions = true;
   std::size_t kube_writers = 4;  // kube-writers: threads writing to the API server
   // max-unapproved-robots: no Robot is created for a new robot while this
   // many wait for approval (Pending or Rejected); new-robots-per-second: at

@@ -49,6 +49,9 @@ class Link {
   virtual void connect() = 0;
   // One SUBSCRIBE for all of them: done(true) once the broker granted each.
   virtual void subscribe(const std::vector<Subscription>& subscriptions, Completion done) = 0;
+  // One UNSUBSCRIBE for all of them: done(true) once the broker answered
+  // (a filter it held no subscription for is not an error).
+  virtual void unsubscribe(const std::vector<std::string>& filters, Completion done) = 0;
   virtual void publish(const std::string& topic, const std::string& payload, int qos, bool retain, Completion done) = 0;
   // A clean MQTT DISCONNECT (the broker then drops the last will), waiting at
   // most `timeout`.

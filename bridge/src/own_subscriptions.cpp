@@ -1,0 +1,120 @@
+// A replica's subscriptions to its own robots' topics (docs/bridge.md#replicas,
+// replica-own-subscriptions, on by default): the broker sends each robot's
+// heartbeats, reports and presence to the replica that serves it alone,
+// instead of to every replica. Registers still reach every replica (a shared
+// filter): a new robot has no Robot yet for its owner to follow.
+//
+// A robot is followed while its slot is served here and its Robot is in the
+// cache; a slot gained follows its robots once they are cached, a slot lost
+// stops following them, a Robot deleted is let go after a grace (its agent's
+// next heartbeat is answered with "register again", as with one bridge).
+// What a robot sends before its owner follows it is what arrives in a
+// hand-over's gap: its reports are sent again until confirmed
+// (docs/protocol.md#ack); a presence may be lost, and its heartbeats correct it.
+#include "k8s4r/bridge/bridge.h"
+
+#include "k8s4r/crd/resources.h"
+
+#include <spdlog/spdlog.h>
+
+namespace k8s4r::bridge {
+
+namespace {
+// Robots per SUBSCRIBE (three filters each, about 130 KiB): a replica's 8,000
+// robots in 16 packets on connecting.
+constexpr std::size_t kRobotsPerPacket = 1000;
+// Changes within this long go out together.
+constexpr std::chrono::milliseconds kGather{20};
+// A deleted Robot's robot is followed this long still: its next heartbeat is
+// told to register again.
+constexpr std::chrono::minutes kDeletedRobotGrace{2};
+}  // namespace
+
+bool Bridge::own_subscriptions() const { return !config_.replica_id.empty() && config_.replica_own_subscriptions; }
+
+void Bridge::follow_robot(const std::string& robot_id) {
+  if (!own_subscriptions()) return;
+  // The slot, not serves(): a late Lease serves nothing for a moment, and the
+  // subscriptions stay for when it is renewed.
+  if (served_[slot_of(robot_id)] != 0 && robots_->get(namespace_, robot_id)) {
+    subscriptions_.want(robot_id);
+  } else {
+    subscriptions_.unwant(robot_id);
+  }
+  subscribe_soon();
+}
+
+void Bridge::unfollow_deleted_later(const std::string& robot_id) {
+  if (!own_subscriptions()) return;
+  loop_.after(kDeletedRobotGrace, [this, robot_id] {
+    if (!stopping_) follow_robot(robot_id);
+  });
+}
+
+void Bridge::follow_served_slots() {
+  if (!own_subscriptions()) return;
+  subscriptions_.unwant_if([this](const std::string& robot_id) { return served_[slot_of(robot_id)] == 0; });
+  for (const auto& robot : robots_->list()) {
+    const std::string name = crd::read_robot(*robot).name;
+    if (served_[slot_of(name)] != 0) subscriptions_.want(name);
+  }
+  subscribe_soon();
+}
+
+void Bridge::subscriptions_on_connected() {
+  if (!own_subscriptions()) return;
+  // A session of this replica from before may hold the shared filters (an
+  // earlier version, or replica-own-subscriptions=false): they would bring the
+  // whole fleet's messages still.
+  link_->unsubscribe({std::string(topics::kAllHeartbeatFilter), std::string(topics::kAllTaskStatusFilter),
+                      std::string(topics::kAllPresenceFilter)},
+                     [](bool, const std::string&) {});
+  subscriptions_.reconnected();
+  subscriptions_batch_ = 0;  // what was in flight went with the last connection
+  pump_subscriptions();
+}
+
+void Bridge::subscribe_soon() {
+  if (subscriptions_timer_ || subscriptions_batch_ != 0 || !subscriptions_.pending()) return;
+  subscriptions_timer_ = loop_.after(kGather, [this] {
+    subscriptions_timer_ = 0;
+    pump_subscriptions();
+  });
+}
+
+void Bridge::pump_subscriptions() {
+  if (stopping_ || subscriptions_batch_ != 0 || !mqtt_connected_ || !link_) return;
+  const RobotSubscriptions::Batch batch = subscriptions_.next(kRobotsPerPacket);
+  metrics_.set("k8s4r_bridge_robots_subscribed", {}, static_cast<double>(subscriptions_.held()));
+  if (batch.empty()) return;
+  std::vector<mqtt::Subscription> subscribe;
+  for (const std::string& robot_id : batch.subscribe)
+    for (auto& filter : RobotSubscriptions::filters(robot_id)) subscribe.push_back(std::move(filter));
+  std::vector<std::string> unsubscribe;
+  for (const std::string& robot_id : batch.unsubscribe)
+    for (auto& filter : RobotSubscriptions::filters(robot_id)) unsubscribe.push_back(std::move(filter.filter));
+  // One packet of each at a time; the next once both are answered. A
+  // refusal is a broker that will not let the bridge read a robot's topics:
+  // the connection is made again, as for the shared filters.
+  const std::uint64_t id = subscriptions_batch_ = ++subscriptions_batches_;
+  auto waiting = std::make_shared<int>(static_cast<int>(!subscribe.empty()) + static_cast<int>(!unsubscribe.empty()));
+  const auto answered = [this, id, waiting](bool ok, const std::string& error) {
+    loop_.post([this, id, waiting, ok, error] {
+      // An answer of a connection gone: on_connected sends everything again.
+      if (id != subscriptions_batch_ || !mqtt_connected_) return;
+      if (!ok) {
+        spdlog::error("following robots' topics failed: {}; reconnecting", error);
+        subscriptions_batch_ = 0;
+        on_disconnected("subscribe failed");
+        return;
+      }
+      if (--*waiting > 0) return;
+      subscriptions_batch_ = 0;
+      pump_subscriptions();
+    });
+  };
+  if (!subscribe.empty()) link_->subscribe(subscribe, answered);
+  if (!unsubscribe.empty()) link_->unsubscribe(unsubscribe, answered);
+}
+
+}  // namespace k8s4r::bridge
