@@ -339,11 +339,15 @@ class Bench:
         t0 = time.monotonic_ns()
         bridge0, figures0, writes0 = (self.bridge.metric("k8s4r_bridge_messages_total", topic="heartbeat"),
                                       self.bridge_figures(), robot_writes())
+        broker0 = proc_figures(self.broker.process.pid)
+        dropped0 = self.bridge.metric("k8s4r_bridge_messages_not_served_total")
         sub0 = self.subscriber.count_at(t0)
         time.sleep(seconds)
         t1 = time.monotonic_ns()
         bridge1, figures1, writes1 = (self.bridge.metric("k8s4r_bridge_messages_total", topic="heartbeat"),
                                       self.bridge_figures(), robot_writes())
+        broker1 = proc_figures(self.broker.process.pid)
+        dropped1 = self.bridge.metric("k8s4r_bridge_messages_not_served_total")
         sub1 = self.subscriber.count_at(t1)
         answers = [shard.next_event(mark, 300) for shard, mark in zip(self.shards, marks)]
         window = (t1 - t0) / 1e9
@@ -353,6 +357,10 @@ class Bench:
             "subscriber_per_s": round((sub1 - sub0) / window),
             "ratio": round((bridge1 - bridge0) / max(1, sub1 - sub0), 3),
             "bridge_cpu_cores": round((figures1["cpu_s"] - figures0["cpu_s"]) / window, 2),
+            "broker_cpu_cores": round((broker1["cpu_s"] - broker0["cpu_s"]) / window, 2),
+            # Replicas: messages of robots another replica serves, received and dropped.
+            "not_served_per_s": round((dropped1 - dropped0) / window),
+            "robots_subscribed": self.bridge.metric("k8s4r_bridge_robots_subscribed"),
             "bridge_rss_mib": round(figures1["rss_kib"] / 1024, 1),
             "bridge_peak_rss_mib": round(figures1["hwm_kib"] / 1024, 1),
             "bridge_rss_each_mib": figures1["rss_each_mib"],
@@ -362,7 +370,9 @@ class Bench:
         }
         print(f"heartbeats, {name}: offered {result['offered_per_s']}/s; bridge {result['bridge_per_s']}/s, bare "
               f"subscriber {result['subscriber_per_s']}/s, ratio {result['ratio']}; bridge CPU "
-              f"{result['bridge_cpu_cores']} cores, RSS {result['bridge_rss_mib']} MiB (peak "
+              f"{result['bridge_cpu_cores']} cores (broker {result['broker_cpu_cores']}; "
+              f"{result['not_served_per_s']}/s received and dropped, not served; "
+              f"{result['robots_subscribed']:.0f} robots followed), RSS {result['bridge_rss_mib']} MiB (peak "
               f"{result['bridge_peak_rss_mib']}); {result['robot_writes']} Robot writes = "
               f"{result['writes_per_robot_per_min']} per robot per minute")
         return result

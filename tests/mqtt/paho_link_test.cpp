@@ -229,5 +229,30 @@ TEST(PahoLink, UnsubscribingStopsThatFilterAloneAndAFilterNeverHeldIsNoError) {
   EXPECT_EQ(received.wait_for(1), std::vector<std::string>{"b"});
 }
 
+TEST(PahoLink, ASubscriptionGoesAheadOfABurstOfQueuedPublishes) {
+  // A bridge in a registration storm queues thousands of publishes; a robot
+  // it must follow now is not heard until its SUBSCRIBE is sent.
+  testing::TempDir dir;
+  Broker broker(dir.path());
+  Client client(broker.url(), "busy", [](const std::string&) {});
+  ASSERT_TRUE(client.connect());
+  constexpr int kBurst = 20000;
+  std::atomic<int> acknowledged{0};
+  for (int i = 0; i < kBurst; ++i)
+    client.link->publish("t/burst", std::to_string(i), 1, false, [&](bool ok, const std::string&) {
+      if (ok) ++acknowledged;
+    });
+  Completion done;
+  auto subscribed = completion(done);
+  client.link->subscribe({{"t/now", 1}}, std::move(done));
+  ASSERT_EQ(subscribed.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(subscribed.get());
+  // At most what Paho already held (100) and the broker's window went first.
+  EXPECT_LT(acknowledged.load(), kBurst / 2);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (acknowledged < kBurst && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(acknowledged, kBurst);
+}
+
 }  // namespace
 }  // namespace k8s4r::mqtt

@@ -5,8 +5,9 @@
 // one every connect, subscribe and publish takes. A daemon whose callback
 // waits for room in its inbox (backpressure) would then deadlock with its own
 // loop publishing. So the link never calls Paho from the caller's thread:
-// connect, subscribe, publish and disconnect go, in order, to one command
-// thread of the link's, and the caller never waits (but in disconnect()).
+// connect, subscribe, publish and disconnect go, in order (subscriptions
+// ahead of publishes still queued), to one command thread of the link's, and
+// the caller never waits (but in disconnect()).
 #include "k8s4r/mqtt/connect_options.h"
 #include "k8s4r/mqtt/link.h"
 #include "k8s4r/mqtt/tcp_nodelay.h"
@@ -109,6 +110,7 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
       std::lock_guard lock(commands_mutex_);
       stopping_ = true;
       commands_.clear();
+      controls_.clear();
     }
     commands_ready_.notify_one();
     commander_.join();
@@ -132,13 +134,15 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
       topics->push_back(subscription.filter);
       qoses.push_back(subscription.qos);
     }
-    command(id, [this, id, topics, qoses] { client_.subscribe(topics, qoses, context_of(id), *this); });
+    command(
+        id, [this, id, topics, qoses] { client_.subscribe(topics, qoses, context_of(id), *this); }, Lane::control);
   }
 
   void unsubscribe(const std::vector<std::string>& filters, Completion done) override {
     const std::uint64_t id = remember(std::move(done));
     auto topics = std::make_shared<::mqtt::string_collection>(filters);
-    command(id, [this, id, topics] { client_.unsubscribe(topics, context_of(id), *this); });
+    command(
+        id, [this, id, topics] { client_.unsubscribe(topics, context_of(id), *this); }, Lane::control);
   }
 
   void publish(const std::string& topic, const std::string& payload, int qos, bool retain, Completion done) override {
@@ -168,7 +172,7 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
     LinkBacklog counts;
     {
       std::lock_guard lock(commands_mutex_);
-      counts.queued = commands_.size();
+      counts.queued = commands_.size() + controls_.size();
     }
     std::lock_guard lock(mutex_);
     counts.unacknowledged = pending_.size();
@@ -176,13 +180,19 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
   }
 
  private:
+  // Subscriptions go ahead of queued publishes (in their own order): a
+  // daemon with thousands of publishes queued (a registration storm) must
+  // not wait for all of them to be acknowledged before it hears a robot.
+  // Nothing depends on a subscription waiting for an earlier publish.
+  enum class Lane { ordered, control };
+
   // Hands a call into Paho to the command thread; a Paho exception fails the
   // completion `id` (0: none).
-  void command(std::uint64_t id, std::function<void()> call) {
+  void command(std::uint64_t id, std::function<void()> call, Lane lane = Lane::ordered) {
     {
       std::lock_guard lock(commands_mutex_);
       if (stopping_) return;
-      commands_.push_back([this, id, call = std::move(call)] {
+      (lane == Lane::control ? controls_ : commands_).push_back([this, id, call = std::move(call)] {
         // Paho holds at most 100 publishes and refuses more; a burst waits
         // here for room (the commands after it too, so order holds) instead
         // of failing.
@@ -213,10 +223,11 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
   void run_commands() {
     std::unique_lock lock(commands_mutex_);
     while (true) {
-      commands_ready_.wait(lock, [this] { return stopping_ || !commands_.empty(); });
+      commands_ready_.wait(lock, [this] { return stopping_ || !commands_.empty() || !controls_.empty(); });
       if (stopping_) return;
-      auto next = std::move(commands_.front());
-      commands_.pop_front();
+      auto& lane = controls_.empty() ? commands_ : controls_;
+      auto next = std::move(lane.front());
+      lane.pop_front();
       lock.unlock();
       next();
       lock.lock();
@@ -299,7 +310,7 @@ class PahoLink final : public Link, private ::mqtt::iaction_listener {
   std::map<std::uint64_t, Completion> pending_;
   mutable std::mutex commands_mutex_;
   std::condition_variable commands_ready_;
-  std::deque<std::function<void()>> commands_;
+  std::deque<std::function<void()>> commands_, controls_;
   bool stopping_ = false;
   ::mqtt::async_client client_;
   std::thread commander_;  // started last, joined first

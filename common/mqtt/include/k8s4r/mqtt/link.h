@@ -48,6 +48,8 @@ class Link {
   // The daemon, not the link, decides when to try again.
   virtual void connect() = 0;
   // One SUBSCRIBE for all of them: done(true) once the broker granted each.
+  // Subscriptions and unsubscriptions keep their own order but go ahead of
+  // publishes the link still queues.
   virtual void subscribe(const std::vector<Subscription>& subscriptions, Completion done) = 0;
   // One UNSUBSCRIBE for all of them: done(true) once the broker answered
   // (a filter it held no subscription for is not an error).
