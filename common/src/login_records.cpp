@@ -98,6 +98,9 @@ std::string format_digest(const Digest& digest) {
 }
 
 Result<Batch> parse_batch(std::string_view text) {
+  if (text.size() > kMaxBatchBytes)
+    return Error{"", "a batch holds at most " + std::to_string(kMaxBatchBytes) + " bytes, this one " +
+                         std::to_string(text.size())};
   const std::vector<std::string_view> lines = lines_of(text);
   if (lines.size() > kMaxBatchLines)
     return Error{"", "a batch holds at most " + std::to_string(kMaxBatchLines) + " lines, this one " +
@@ -164,6 +167,9 @@ std::string format_batch(const Batch& batch) {
 }
 
 Result<Response> parse_response(std::string_view text) {
+  if (text.size() > kMaxResponseBytes)
+    return Error{"", "an answer holds at most " + std::to_string(kMaxResponseBytes) + " bytes, this one " +
+                         std::to_string(text.size())};
   const std::vector<std::string_view> lines = lines_of(text);
   if (lines.size() > kSlots + 1) return Error{"", "an answer holds at most one stale line per slot"};
   const std::vector<std::string_view> words = words_of(lines.front());

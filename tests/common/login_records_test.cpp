@@ -3,6 +3,7 @@
 // formatting what was parsed gives the same bytes.
 #include "k8s4r/common/login_records.h"
 
+#include "k8s4r/common/identifiers.h"
 #include "k8s4r/common/slots.h"
 
 #include <gtest/gtest.h>
@@ -87,6 +88,26 @@ TEST(LoginRecords, ABatchHasAtMostFourThousandLines) {
   auto refused = parse_batch(too_long);
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().to_string().find("at most 4000 lines"), std::string::npos);
+}
+
+TEST(LoginRecords, APayloadTooLargeIsRefusedByItsSizeBeforeItIsSplitIntoLines) {
+  const std::string id(kMaxIdentifierLength, 'a');
+  const std::string longest_line = "set " + id + " sha256:" + std::string(64, '0') + "\n";
+  const std::string batch = "k8s4r-logins 1 c\n" + slot_line(id, 1) + longest_line;
+  ASSERT_TRUE(parse_batch(batch)) << parse_batch(batch).error().to_string();
+  // The byte cap never refuses what the line cap allows.
+  EXPECT_LE(longest_line.size() * kMaxBatchLines, kMaxBatchBytes);
+  auto refused = parse_batch(batch + std::string(kMaxBatchBytes, '\n'));
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().to_string().find("at most 560000 bytes"), std::string::npos) << refused.error().to_string();
+
+  Response answer{"c", "", UINT64_MAX, UINT64_MAX, UINT64_MAX, true, {}};
+  for (std::uint32_t slot = 0; slot < kSlots; ++slot) answer.stale.push_back({slot, UINT64_MAX});
+  const std::string largest = format_response(answer);
+  ASSERT_TRUE(parse_response(largest));
+  auto refused_answer = parse_response(largest + std::string(kMaxResponseBytes, '\n'));
+  ASSERT_FALSE(refused_answer);
+  EXPECT_NE(refused_answer.error().to_string().find("at most 65536 bytes"), std::string::npos);
 }
 
 TEST(LoginRecords, AnswersRoundTrip) {

@@ -46,6 +46,11 @@ inline constexpr std::string_view kResponseTopic = "$CONTROL/k8s4r-logins/v1/res
 // one go inside the broker's only thread, so it stays short.
 inline constexpr std::size_t kMaxBatchLines = 4000;
 inline constexpr std::size_t kMaxCorrelationLength = 64;
+// Bytes, checked before a payload is split: the longest valid line is a set
+// line (139 bytes with a 63-character robot id) and its newline. An answer
+// is one line and a stale line per slot at most.
+inline constexpr std::size_t kMaxBatchBytes = kMaxBatchLines * 140;
+inline constexpr std::size_t kMaxResponseBytes = 64 * 1024;
 
 using Digest = std::array<std::uint8_t, 32>;  // SHA-256 of a token
 
