@@ -60,7 +60,39 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (k8s4r::parse_rfc3339(written).value() != time.value()) std::abort();
   }
   (void)k8s4r::validate_identifier(input);
-  (void)k8s4r::topics::parse_topic(input);  // every topic a broker delivers
+  // Every topic a broker delivers: what parses is what the builders make.
+  if (auto parsed = k8s4r::topics::parse_topic(input); parsed && !parsed.value().legacy) {
+    namespace topics = k8s4r::topics;
+    const topics::ParsedTopic& where = parsed.value();
+    k8s4r::Result<std::string> rebuilt = std::string();
+    switch (where.kind) {
+      case topics::TopicKind::register_robot:
+        rebuilt = topics::robot_register(where.robot_id);
+        break;
+      case topics::TopicKind::heartbeat:
+        rebuilt = topics::robot_heartbeat(where.robot_id);
+        break;
+      case topics::TopicKind::response:
+        rebuilt = topics::response(where.robot_id);
+        break;
+      case topics::TopicKind::dispatch:
+        rebuilt = topics::dispatch(where.robot_id);
+        break;
+      case topics::TopicKind::task_status:
+        rebuilt = topics::task_status(where.robot_id, where.task_uid);
+        break;
+      case topics::TopicKind::presence:
+        rebuilt = topics::presence(where.robot_id);
+        break;
+      case topics::TopicKind::acks:
+        rebuilt = topics::acks(where.robot_id);
+        break;
+      case topics::TopicKind::artifacts:
+        rebuilt = topics::artifacts(where.robot_id);
+        break;
+    }
+    if (!rebuilt || rebuilt.value() != input) std::abort();
+  }
   if (auto bytes = k8s4r::base64_decode(input); bytes) {
     if (k8s4r::base64_decode(k8s4r::base64_encode(*bytes)) != bytes) std::abort();
   }

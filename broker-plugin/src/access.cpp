@@ -66,7 +66,7 @@ Verdict decide_access(const Users& users, const LoginTable& table, const char* u
   // A robot, or a client without a user name (a certificate robot whose
   // certificate named no one): only a robot in the table, as itself.
   if (!robot_in_table(table, username, client_id)) return Verdict::deny;
-  auto parsed = topics::parse_topic(topic);
+  auto parsed = topics::parse_topic_view(topic);  // every delivery: allocates nothing
   if (!parsed || parsed.value().legacy || parsed.value().robot_id != username) return Verdict::deny;
   switch (parsed.value().kind) {
     case topics::TopicKind::register_robot:

@@ -81,7 +81,7 @@ void LoginTable::restore(const StateRecord& record) {
 
 const logins::Digest* LoginTable::find(std::string_view robot_id) const {
   const auto& slot = slots_[slot_of(robot_id)];
-  const auto found = slot.find(std::string(robot_id));
+  const auto found = slot.find(robot_id);
   return found == slot.end() ? nullptr : &found->second;
 }
 

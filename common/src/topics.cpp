@@ -2,7 +2,9 @@
 
 #include "k8s4r/common/identifiers.h"
 
-#include <vector>
+#include <array>
+#include <optional>
+#include <utility>
 
 namespace k8s4r::topics {
 namespace {
@@ -16,16 +18,21 @@ Result<std::string> robot_topic(std::string_view robot_id, std::string_view suff
   return topic;
 }
 
-std::vector<std::string_view> split_levels(std::string_view topic) {
-  std::vector<std::string_view> levels;
+// At most six levels (the longest topic above); nullopt for more.
+struct Levels {
+  std::array<std::string_view, 6> at;
+  std::size_t count = 0;
+};
+std::optional<Levels> split_levels(std::string_view topic) {
+  Levels levels;
   std::size_t start = 0;
   while (true) {
-    std::size_t slash = topic.find('/', start);
-    levels.push_back(topic.substr(start, slash - start));
-    if (slash == std::string_view::npos) break;
+    if (levels.count == levels.at.size()) return std::nullopt;
+    const std::size_t slash = topic.find('/', start);
+    levels.at[levels.count++] = topic.substr(start, slash - start);
+    if (slash == std::string_view::npos) return levels;
     start = slash + 1;
   }
-  return levels;
 }
 
 Error unknown_topic(std::string_view topic) {
@@ -54,33 +61,41 @@ Result<std::string> presence(std::string_view robot_id) { return robot_topic(rob
 Result<std::string> acks(std::string_view robot_id) { return robot_topic(robot_id, "/acks"); }
 Result<std::string> artifacts(std::string_view robot_id) { return robot_topic(robot_id, "/artifacts"); }
 
-Result<ParsedTopic> parse_topic(std::string_view topic) {
-  if (topic == kRegister) return ParsedTopic{TopicKind::register_robot, "", "", true};
-  if (topic == kHeartbeat) return ParsedTopic{TopicKind::heartbeat, "", "", true};
+Result<TopicView> parse_topic_view(std::string_view topic) {
+  if (topic == kRegister) return TopicView{TopicKind::register_robot, {}, {}, true};
+  if (topic == kHeartbeat) return TopicView{TopicKind::heartbeat, {}, {}, true};
 
-  const auto levels = split_levels(topic);
-  if (levels.size() < 4 || levels[0] != "k8s4r" || levels[1] != "robots") return unknown_topic(topic);
-  const std::string robot_id(levels[2]);
+  const auto split = split_levels(topic);
+  if (!split || split->count < 4 || split->at[0] != "k8s4r" || split->at[1] != "robots") return unknown_topic(topic);
+  const auto& level = split->at;
+  const std::size_t count = split->count;
+  const std::string_view robot_id = level[2];
   if (auto checked = validate_identifier(robot_id, "robotId"); !checked) {
     return Error{"topic", "robot id in '" + std::string(topic) + "' " + checked.error().message};
   }
-  if (levels.size() == 4 && levels[3] == "response") return ParsedTopic{TopicKind::response, robot_id, ""};
-  if (levels.size() == 4 && levels[3] == "presence") return ParsedTopic{TopicKind::presence, robot_id, ""};
-  if (levels.size() == 4 && levels[3] == "acks") return ParsedTopic{TopicKind::acks, robot_id, ""};
-  if (levels.size() == 4 && levels[3] == "artifacts") return ParsedTopic{TopicKind::artifacts, robot_id, ""};
-  if (levels.size() == 4 && levels[3] == "register") return ParsedTopic{TopicKind::register_robot, robot_id, ""};
-  if (levels.size() == 4 && levels[3] == "heartbeat") return ParsedTopic{TopicKind::heartbeat, robot_id, ""};
-  if (levels.size() == 5 && levels[3] == "tasks" && levels[4] == "dispatch") {
-    return ParsedTopic{TopicKind::dispatch, robot_id, ""};
+  if (count == 4) {
+    for (const auto& [name, kind] :
+         {std::pair{"response", TopicKind::response}, std::pair{"presence", TopicKind::presence},
+          std::pair{"acks", TopicKind::acks}, std::pair{"artifacts", TopicKind::artifacts},
+          std::pair{"register", TopicKind::register_robot}, std::pair{"heartbeat", TopicKind::heartbeat}}) {
+      if (level[3] == name) return TopicView{kind, robot_id, {}};
+    }
   }
-  if (levels.size() == 6 && levels[3] == "tasks" && levels[5] == "status") {
-    const std::string task_uid(levels[4]);
-    if (auto checked = validate_identifier(task_uid, "taskUid"); !checked) {
+  if (count == 5 && level[3] == "tasks" && level[4] == "dispatch") return TopicView{TopicKind::dispatch, robot_id, {}};
+  if (count == 6 && level[3] == "tasks" && level[5] == "status") {
+    if (auto checked = validate_identifier(level[4], "taskUid"); !checked) {
       return Error{"topic", "task uid in '" + std::string(topic) + "' " + checked.error().message};
     }
-    return ParsedTopic{TopicKind::task_status, robot_id, task_uid};
+    return TopicView{TopicKind::task_status, robot_id, level[4]};
   }
   return unknown_topic(topic);
+}
+
+Result<ParsedTopic> parse_topic(std::string_view topic) {
+  auto view = parse_topic_view(topic);
+  if (!view) return view.error();
+  const TopicView& parsed = view.value();
+  return ParsedTopic{parsed.kind, std::string(parsed.robot_id), std::string(parsed.task_uid), parsed.legacy};
 }
 
 }  // namespace k8s4r::topics

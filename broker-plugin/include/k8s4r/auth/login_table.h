@@ -9,6 +9,7 @@
 #include "k8s4r/common/login_records.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -45,7 +46,12 @@ class LoginTable {
   bool put(const std::string& robot_id, const logins::Digest& digest, Applied& applied);
   bool erase(const std::string& robot_id, Applied& applied);
 
-  std::vector<std::unordered_map<std::string, logins::Digest>> slots_;
+  // Looked up by a view (a user name from the broker) without a copy.
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view id) const { return std::hash<std::string_view>{}(id); }
+  };
+  std::vector<std::unordered_map<std::string, logins::Digest, Hash, std::equal_to<>>> slots_;
   std::vector<std::uint64_t> epochs_;
   std::size_t size_ = 0;
 };

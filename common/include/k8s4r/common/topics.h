@@ -62,4 +62,14 @@ struct ParsedTopic {
 // not one of the topics above or whose robot id or task uid is not valid.
 Result<ParsedTopic> parse_topic(std::string_view topic);
 
+// parse_topic without a copy: the ids are views into `topic`, valid while it
+// is. Allocates nothing unless it fails (the broker plugin asks for every
+// message it delivers).
+struct TopicView {
+  TopicKind kind;
+  std::string_view robot_id, task_uid;
+  bool legacy = false;
+};
+Result<TopicView> parse_topic_view(std::string_view topic);
+
 }  // namespace k8s4r::topics
