@@ -268,6 +268,9 @@ class Bridge {
   // timers dropped. Slots gained: their Tasks reconciled (dispatched under
   // the new epoch), their robots' artifact lists published.
   void serve_slots(const ServedSlots& slots);
+  // bridge_metrics.cpp
+  void declare_metrics();
+  void collect_metrics(daemon::Metrics& m) const;
   // own_subscriptions.cpp (a replica with replica-own-subscriptions)
   bool own_subscriptions() const;
   // Follows the robot's topics if its slot is served here and its Robot
