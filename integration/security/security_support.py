@@ -6,6 +6,7 @@ the docs give, and every test using the `broker` fixture runs under both:
 - "dynamic-security": Mosquitto's dynamic-security plugin, prepared by deploy/mosquitto/dynsec-bootstrap.sh, with
   the bridge (--dynamic-security, under deploy/bridge-dynamic-security's Role) making each robot's login from its
   Secret k8s4r-robot-<id>."""
+import contextlib
 import datetime
 import os
 import pathlib
@@ -19,7 +20,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "agent")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "manager"))
 
 from agent_support import AgentProcess  # noqa: E402
-from bridge_support import BridgeProcess, apply_rbac, create_robot_secret, get  # noqa: E402,F401
+from bridge_support import (BridgeProcess, apply_rbac, create_robot_secret, create_task, dispatch, get,  # noqa: E402,F401
+                            wait_state)
 from conftest import SecureBroker, make_tls_files, wait_until  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -141,6 +143,26 @@ def secure_agent(tmp_path, broker, robot, token=None, extra=()):
     token_file = tmp_path / f"token-{robot}"
     token_file.write_text((token if token is not None else TOKENS[robot]) + "\n")
     return AgentProcess(broker, tmp_path / f"work-{robot}", robot, ["--token-file", str(token_file), *extra])
+
+
+@contextlib.contextmanager
+def robots_at_work(tmp_path, sim, broker, robots=("robot-1", "robot-2")):
+    """Agents for `robots`, each once connected through its own login; cleaned up on leaving."""
+    agents = [secure_agent(tmp_path, broker, robot).start() for robot in robots]
+    try:
+        for robot in robots:
+            wait_until(lambda: connected(sim, robot), 30, f"{robot} connected through its own login")
+        yield agents
+    finally:
+        for agent in agents:
+            agent.cleanup()
+
+
+def runs(sim, name, script, robot="robot-1"):
+    """A Task on `robot`, dispatched, completes."""
+    create_task(sim, name, script, robot=robot)
+    dispatch(sim, name)
+    wait_state(sim, name, "completed", timeout=30)
 
 
 def log_times(agent, text):

@@ -10,8 +10,7 @@ import threading
 import pytest
 
 from security_support import (DynsecBroker, TOKENS, connected, create_robot_secret, log_times, revoke,  # noqa: F401
-                              secure_agent, secure_bridge, sim, tls, wait_ready)
-from bridge_support import create_task, dispatch, wait_state  # noqa: E402 (path set above)
+                              robots_at_work, runs, secure_agent, secure_bridge, sim, tls, wait_ready)
 from conftest import Observer, wait_until  # noqa: E402
 from manager_support import ManagerProcess, apply, group, job, robot_phase, wait_job  # noqa: E402
 
@@ -45,29 +44,18 @@ def test_each_robot_gets_a_login_from_its_secret_and_loses_it_within_2s_when_the
     shown = broker.ctrl("getClient", "robot-1").stdout
     assert "k8s4r-robot-robot-1" in shown and TOKENS["robot-1"] not in shown, shown
     assert TOKENS["robot-1"] not in bridge.log_text()
-    agents = [secure_agent(tmp_path, broker, robot).start() for robot in ("robot-1", "robot-2")]
-    try:
-        for robot in ("robot-1", "robot-2"):
-            wait_until(lambda: connected(sim, robot), 30, f"{robot} connected through its own login")
-        create_task(sim, "before", "echo ran")
-        dispatch(sim, "before")
-        wait_state(sim, "before", "completed", timeout=30)
-
+    with robots_at_work(tmp_path, sim, broker) as agents:
+        runs(sim, "before", "echo ran")
         # Revoked: the Secret is deleted. The broker disconnects robot-1 within 2 s and refuses it from then on.
         revoke(sim, agents[0], "robot-1")
         assert bridge.metric("k8s4r_bridge_broker_identity_changes_total", action="remove") == 1
         # robot-2 is untouched: still connected, still runs work.
         assert connected(sim, "robot-2") is True
-        create_task(sim, "after", "echo still", robot="robot-2")
-        dispatch(sim, "after")
-        wait_state(sim, "after", "completed", timeout=30)
+        runs(sim, "after", "echo still", robot="robot-2")
 
         # Made again: robot-1 logs in once more (its agent kept trying), with nothing done on the robot.
         create_robot_secret(sim, "robot-1", TOKENS["robot-1"])
         wait_until(lambda: connected(sim, "robot-1"), 60, "robot-1 back with its login")
-    finally:
-        for agent in agents:
-            agent.cleanup()
 
 
 def test_a_new_token_replaces_the_old_at_once_and_a_rejected_robot_is_shut_out(tmp_path, sim, broker, bridge):

@@ -11,9 +11,10 @@ import subprocess
 import pytest
 
 from security_support import (PLUGIN, TOKENS, LoginPluginBroker, connected, create_robot_secret,  # noqa: F401
-                              log_times, revoke, secure_agent, secure_bridge, sim, tls, wait_ready)
-from bridge_support import (DEPLOY_REPLICAS, BridgeProcess, apply_rbac, create_task, dispatch,  # noqa: E402
-                            owner_among, settled, slot_of, slot_table, wait_state)
+                              log_times, revoke, robots_at_work, runs, secure_agent, secure_bridge, sim, tls,
+                              wait_ready)
+from bridge_support import (DEPLOY_REPLICAS, BridgeProcess, apply_rbac, owner_among, settled, slot_of,  # noqa: E402
+                            slot_table)
 from conftest import Observer, wait_until  # noqa: E402
 
 LEASE_SECONDS = 4
@@ -68,29 +69,18 @@ def test_each_robot_logs_in_with_its_secret_and_a_deleted_secret_shuts_it_out_wi
     saved = broker.state_file.read_text()
     assert all(token not in saved and token not in bridge.log_text() for token in TOKENS.values())
     assert len(login_records(broker)) == len(TOKENS)
-    agents = [secure_agent(tmp_path, broker, robot).start() for robot in ("robot-1", "robot-2")]
-    try:
-        for robot in ("robot-1", "robot-2"):
-            wait_until(lambda: connected(sim, robot), 30, f"{robot} connected through its own login")
-        create_task(sim, "before", "echo ran")
-        dispatch(sim, "before")
-        wait_state(sim, "before", "completed", timeout=30)
-
+    with robots_at_work(tmp_path, sim, broker) as agents:
+        runs(sim, "before", "echo ran")
         revoke(sim, agents[0], "robot-1")
         assert login_records(broker)[-1] == "del robot-1"
         assert connected(sim, "robot-2") is True
-        create_task(sim, "after", "echo still", robot="robot-2")
-        dispatch(sim, "after")
-        wait_state(sim, "after", "completed", timeout=30)
+        runs(sim, "after", "echo still", robot="robot-2")
 
         # Made again, with a new token: the agent that kept trying with the old one stays out.
         create_robot_secret(sim, "robot-1", "new-token-robot-1-77aa")
         wait_until(lambda: bridge.metric("k8s4r_bridge_broker_logins") == len(TOKENS), 20, "robot-1's login back")
         assert connect_rc(broker, "robot-1", TOKENS["robot-1"], "robot-1") == 5
         assert connect_rc(broker, "robot-1", "new-token-robot-1-77aa", "robot-1") == 0
-    finally:
-        for agent in agents:
-            agent.cleanup()
 
 
 def test_a_robot_gets_in_only_as_itself_and_touches_only_its_own_topics(sim, broker, bridge):
