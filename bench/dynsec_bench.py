@@ -16,6 +16,7 @@ Usage:
 Exits non-zero when something did not work; times are reported, never asserted.
 """
 import argparse
+import contextlib
 import json
 import pathlib
 import statistics
@@ -127,14 +128,43 @@ def bench_main(doc, run, robots, revocations, prefix):
         pathlib.Path(args.json).write_text(json.dumps(figures, indent=2))
 
 
-def run(args, workdir):
-    figures = {"robots": args.robots}
+@contextlib.contextmanager
+def bench_parts(workdir, make_broker):
+    """The stand-in and a TLS broker (`make_broker(workdir, tls)`) for a logins benchmark, and a list for the bridges
+    the run starts: each is stopped at the end, and its log's tail printed when an assertion failed."""
     sim = KubeSim(workdir / "sim", token="admin-token", tls=make_tls_files(workdir / "api-tls"))
     sim.apply_crds()
-    broker = DynsecBroker(workdir / "broker", make_tls_files(workdir / "mqtt-tls"))
-    broker.mode = "dynamic-security"
+    broker = make_broker(workdir / "broker", make_tls_files(workdir / "mqtt-tls"))
     bridges = []
     try:
+        yield sim, broker, bridges
+    except AssertionError:
+        for bridge in bridges:
+            print(bridge.log_text()[-3000:], file=sys.stderr)
+        raise
+    finally:
+        for bridge in bridges:
+            bridge.stop()
+        broker.stop()
+        sim.stop()
+
+
+def import_waits(probe):
+    """The broker's longest and median wait while the logins were imported, from the probe, which stops."""
+    probe.stop()
+    return {"broker_longest_wait_ms_during_import": round(max(probe.delays) * 1000, 1),
+            "broker_median_wait_ms_during_import": round(statistics.median(probe.delays) * 1000, 2)}
+
+
+def dynsec_broker(workdir, tls):
+    broker = DynsecBroker(workdir, tls)
+    broker.mode = "dynamic-security"
+    return broker
+
+
+def run(args, workdir):
+    figures = {"robots": args.robots}
+    with bench_parts(workdir, dynsec_broker) as (sim, broker, bridges):
         sim.kubectl("apply", "-f", "-", input=json.dumps(secrets(args.robots)))
         probe = Probe(broker)
         started = time.monotonic()
@@ -144,9 +174,7 @@ def run(args, workdir):
         wait_until(lambda: bridge.metric("k8s4r_bridge_broker_identities") == args.robots, 1800,
                    "a login for every robot")
         figures["import_seconds"] = round(time.monotonic() - started, 2)
-        probe.stop()
-        figures["broker_longest_wait_ms_during_import"] = round(max(probe.delays) * 1000, 1)
-        figures["broker_median_wait_ms_during_import"] = round(statistics.median(probe.delays) * 1000, 2)
+        figures.update(import_waits(probe))
         figures["dynsec_file_bytes"] = broker.dynsec_file.stat().st_size
         bridge.stop()
 
@@ -161,15 +189,6 @@ def run(args, workdir):
         figures["revocation_median_ms"] = round(statistics.median(waits) * 1000, 1)
         figures["revocation_max_ms"] = round(max(waits) * 1000, 1)
         return figures
-    except AssertionError:
-        for bridge in bridges:
-            print(bridge.log_text()[-3000:], file=sys.stderr)
-        raise
-    finally:
-        for bridge in bridges:
-            bridge.stop()
-        broker.stop()
-        sim.stop()
 
 
 def main():

@@ -30,8 +30,9 @@ sys.path[:0] = [str(REPO / "bench"), str(REPO / "integration"), str(REPO / "inte
                 str(REPO / "integration" / "agent"), str(REPO / "integration" / "security")]
 
 from bridge_support import BridgeProcess  # noqa: E402
-from conftest import KubeSim, make_tls_files, wait_until  # noqa: E402
-from dynsec_bench import Probe, bench_main, client, revocation_waits, secrets, token_of  # noqa: E402
+from conftest import wait_until  # noqa: E402
+from dynsec_bench import (Probe, bench_main, bench_parts, client, import_waits, revocation_waits, secrets,  # noqa: E402
+                          token_of)
 from security_support import LoginPluginBroker  # noqa: E402
 
 
@@ -56,11 +57,7 @@ def login_records(broker):
 
 def run(args, workdir):
     figures = {"robots": args.robots}
-    sim = KubeSim(workdir / "sim", token="admin-token", tls=make_tls_files(workdir / "api-tls"))
-    sim.apply_crds()
-    broker = LoginPluginBroker(workdir / "broker", make_tls_files(workdir / "mqtt-tls"))
-    bridges = []
-    try:
+    with bench_parts(workdir, LoginPluginBroker) as (sim, broker, bridges):
         started = time.monotonic()
         for first in range(0, args.robots, 10_000):
             batch = secrets(min(args.robots, first + 10_000))
@@ -76,9 +73,7 @@ def run(args, workdir):
         wait_until(lambda: bridge.metric("k8s4r_bridge_broker_logins") == args.robots, 60,
                    "a login for every robot")
         figures["import_seconds"] = round(time.monotonic() - started, 2)
-        probe.stop()
-        figures["broker_longest_wait_ms_during_import"] = round(max(probe.delays) * 1000, 1)
-        figures["broker_median_wait_ms_during_import"] = round(statistics.median(probe.delays) * 1000, 2)
+        figures.update(import_waits(probe))
         sample = random.Random(7).sample(range(args.robots), min(100, args.robots))
         assert all(logs_in(broker, f"r{i}") for i in sample), "a robot with a Secret could not log in"
         figures["state_file_bytes"] = broker.state_file.stat().st_size
@@ -105,15 +100,6 @@ def run(args, workdir):
         figures["revocation_max_ms"] = round(max(waits) * 1000, 1)
         figures["bridge_rss_mib"] = round(again.metric("process_resident_memory_bytes") / 2**20, 1)
         return figures
-    except AssertionError:
-        for bridge in bridges:
-            print(bridge.log_text()[-3000:], file=sys.stderr)
-        raise
-    finally:
-        for bridge in bridges:
-            bridge.stop()
-        broker.stop()
-        sim.stop()
 
 
 def main():
