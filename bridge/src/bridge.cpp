@@ -297,6 +297,7 @@ void Bridge::on_disconnected(const std::string& cause) {
   mqtt_connected_ = false;
   identities_.listed = identities_listed_ = false;  // listed again on the next connection
   logins_synced_ = false;                           // sent whole again on the next connection
+  subscriptions_batch_ = 0;                         // its answer, if any, is of this connection
   metrics_.set("k8s4r_bridge_mqtt_connected", {}, 0);
   metrics_.add("k8s4r_bridge_mqtt_connection_losses_total");
   static thread_local std::mt19937 random{std::random_device{}()};

@@ -1,5 +1,5 @@
 // A replica's subscriptions to its own robots' topics (docs/bridge.md#replicas,
-// replica-own-subscriptions, on by default): the broker sends each robot's
+// replica-own-subscriptions, off by default): the broker sends each robot's
 // heartbeats, reports and presence to the replica that serves it alone,
 // instead of to every replica. Registers still reach every replica (a shared
 // filter): a new robot has no Robot yet for its owner to follow.
@@ -93,6 +93,7 @@ void Bridge::pump_subscriptions() {
   std::vector<std::string> unsubscribe;
   for (const std::string& robot_id : batch.unsubscribe)
     for (auto& filter : RobotSubscriptions::filters(robot_id)) unsubscribe.push_back(std::move(filter.filter));
+  if (subscribe.empty() && unsubscribe.empty()) return;  // never: want() and stray() take only ids with filters
   // One packet of each at a time; the next once both are answered. A
   // refusal is a broker that will not let the bridge read a robot's topics:
   // the connection is made again, as for the shared filters.
@@ -100,7 +101,8 @@ void Bridge::pump_subscriptions() {
   auto waiting = std::make_shared<int>(static_cast<int>(!subscribe.empty()) + static_cast<int>(!unsubscribe.empty()));
   const auto answered = [this, id, waiting](bool ok, const std::string& error) {
     loop_.post([this, id, waiting, ok, error] {
-      // An answer of a connection gone: on_connected sends everything again.
+      // An answer of a connection gone (on_disconnected let its batch go):
+      // on_connected sends everything again.
       if (id != subscriptions_batch_ || !mqtt_connected_) return;
       if (!ok) {
         spdlog::error("following robots' topics failed: {}; reconnecting", error);

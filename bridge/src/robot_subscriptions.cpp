@@ -14,6 +14,8 @@ std::vector<mqtt::Subscription> RobotSubscriptions::filters(const std::string& r
 }
 
 void RobotSubscriptions::want(const std::string& robot_id) {
+  if (filters(robot_id).empty()) return;
+  stray_queue_.erase(robot_id);
   if (wanted_.insert(robot_id).second) touch(robot_id);
 }
 
@@ -34,14 +36,16 @@ void RobotSubscriptions::unwant_if(const std::function<bool(const std::string&)>
 }
 
 void RobotSubscriptions::stray(const std::string& robot_id) {
-  if (wanted_.contains(robot_id) || !strays_.insert(robot_id).second) return;
-  held_.insert(robot_id);  // by an earlier process, or a connection before
-  touch(robot_id);
+  if (wanted_.contains(robot_id) || filters(robot_id).empty() || !strays_.insert(robot_id).second) return;
+  // Held by an earlier process, or a connection before. One held here and
+  // unwanted is being unsubscribed already.
+  if (!held_.contains(robot_id)) stray_queue_.insert(robot_id);
 }
 
 void RobotSubscriptions::reconnected() {
   held_.clear();
   strays_.clear();
+  stray_queue_.clear();
   dirty_ = wanted_;
 }
 
@@ -65,6 +69,11 @@ RobotSubscriptions::Batch RobotSubscriptions::next(std::size_t max_robots) {
       batch.unsubscribe.push_back(*robot);
     }
     robot = dirty_.erase(robot);
+  }
+  for (auto robot = stray_queue_.begin();
+       robot != stray_queue_.end() && batch.subscribe.size() + batch.unsubscribe.size() < max_robots;) {
+    batch.unsubscribe.push_back(*robot);
+    robot = stray_queue_.erase(robot);
   }
   return batch;
 }

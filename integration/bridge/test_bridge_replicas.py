@@ -12,6 +12,7 @@ from bridge_support import (SLOTS, AgentProcess, BridgeProcess, apply_bridge_rba
 from conftest import Observer, wait_until
 
 LEASE_SECONDS = 4
+OWN = ["--replica-own-subscriptions=true"]
 REPLICA = ["--replica-lease-duration", f"{LEASE_SECONDS}s", "--replica-renew-deadline", "3s",
            "--replica-retry-period", "500ms", "--heartbeat-write-interval", "3s", "--dispatch-resend-after", "2s",
            "--heartbeat-ack-interval", "500ms"]
@@ -123,7 +124,7 @@ def test_three_replicas_share_the_slots_and_each_serves_only_its_robots(tmp_path
     start, made = replicas
     members = ["bridge-0", "bridge-1", "bridge-2"]
     for name in members:
-        start(name, [] if own_subscriptions else ["--replica-own-subscriptions=false"])
+        start(name, OWN if own_subscriptions else [])
     wait_until(lambda: settled(sim, members), 20, "the slot table to share every slot among the three")
     served = {}
 
@@ -149,7 +150,7 @@ def test_three_replicas_share_the_slots_and_each_serves_only_its_robots(tmp_path
         assert made[name].metric("k8s4r_bridge_informer_objects", resource="robots") == 2, name
         assert made[name].metric("k8s4r_bridge_informer_objects", resource="tasks") == 6, name
     # The broker sends each robot's heartbeats, reports and presence to its owner alone (only registers reach
-    # every replica); with replica-own-subscriptions=false to every replica, the others dropping them unread.
+    # every replica); by default to every replica, the others dropping them unread.
     # Judged over the next heartbeats (one a second from each of the six robots).
     before = {name: (made[name].metric("k8s4r_bridge_messages_not_served_total"),
                      made[name].metric("k8s4r_bridge_messages_total", topic="heartbeat")) for name in members}
@@ -164,12 +165,14 @@ def test_three_replicas_share_the_slots_and_each_serves_only_its_robots(tmp_path
             assert not_served >= 6 and subscribed == 0, name
 
 
+@pytest.mark.parametrize("own_subscriptions", [True, False], ids=["own-subscriptions", "every-robot"])
 def test_a_replica_killed_under_load_is_taken_over_and_its_stale_dispatches_are_refused(tmp_path, sim, replicas,
-                                                                                           agents, broker):
+                                                                                           agents, broker,
+                                                                                           own_subscriptions):
     start, made = replicas
     members = ["bridge-0", "bridge-1", "bridge-2"]
     for name in members:
-        start(name)
+        start(name, OWN if own_subscriptions else [])
     wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
     watcher = Observer(broker, ("k8s4r/robots/+/tasks/dispatch", "k8s4r/robots/+/acks"))
     try:
@@ -187,9 +190,10 @@ def test_a_replica_killed_under_load_is_taken_over_and_its_stale_dispatches_are_
         wait_until(lambda: settled(sim, survivors), LEASE_SECONDS + 6, "the survivors to take its slots over")
         took = time.monotonic() - killed_at
         assert took < LEASE_SECONDS + 4, took
-        # The survivors follow the dead one's robots' topics now: between them, every robot's.
-        wait_until(lambda: sum(made[n].metric("k8s4r_bridge_robots_subscribed") for n in survivors) == len(robots),
-                   5, "the survivors to follow every robot")
+        if own_subscriptions:
+            # The survivors follow the dead one's robots' topics now: between them, every robot's.
+            wait_until(lambda: sum(made[n].metric("k8s4r_bridge_robots_subscribed") for n in survivors) ==
+                       len(robots), 5, "the survivors to follow every robot")
         table, _ = slot_table(sim)
         new_epoch = table[slot_of(victim_robot)][1]
         assert new_epoch > old_epoch
@@ -287,18 +291,18 @@ def test_robots_and_tasks_made_before_slot_labels_are_labelled_and_served(tmp_pa
 def test_a_replica_that_received_every_robot_lets_those_subscriptions_go_when_it_follows_its_own(tmp_path, sim,
                                                                                                  replicas, agents):
     """An upgrade: the replica's persistent session at the broker still holds the shared filters its earlier run
-    (replica-own-subscriptions=false, or a version before it) subscribed to. Once it follows its own robots, the
+    (replica-own-subscriptions off, or a version before it) subscribed to. Once it follows its own robots, the
     broker sends it no other robot's messages."""
     start, made = replicas
     members = ["bridge-0", "bridge-1"]
     for name in members:
-        start(name, ["--replica-own-subscriptions=false"])
+        start(name)
     wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
     start_robots(sim, agents, members, 1)
     wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total") > 0, 10,
                "bridge-0 to receive the other replica's robot")
     made["bridge-0"].stop()
-    start("bridge-0")
+    start("bridge-0", OWN)
     wait_until(lambda: settled(sim, members), 20, "the slot table to settle again")
     wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_robots_subscribed") == 1, 10,
                "bridge-0 to follow its own robot")

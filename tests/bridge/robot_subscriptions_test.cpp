@@ -85,5 +85,29 @@ TEST(RobotSubscriptions, AStrayRobotIsUnsubscribedOncePerConnectionAndAWantedOne
   EXPECT_EQ(subscriptions.next(10).unsubscribe, std::vector<std::string>{"theirs"});
 }
 
+TEST(RobotSubscriptions, ARobotWantedAfterItStrayedIsSubscribedWhetherOrNotItsUnsubscribeWentOut) {
+  // An upgraded replica hears its future robots through an earlier
+  // session's shared filter before it serves their slots; then it serves them.
+  RobotSubscriptions subscriptions;
+  subscriptions.stray("r-1");
+  subscriptions.want("r-1");  // before the unsubscribe went out
+  auto batch = subscriptions.next(10);
+  EXPECT_EQ(batch.subscribe, std::vector<std::string>{"r-1"});
+  EXPECT_TRUE(batch.unsubscribe.empty());
+  subscriptions.stray("r-2");
+  EXPECT_EQ(subscriptions.next(10).unsubscribe, std::vector<std::string>{"r-2"});
+  EXPECT_EQ(subscriptions.held(), 1u);  // a stray is never counted as held
+  subscriptions.want("r-2");            // after it went out
+  EXPECT_EQ(subscriptions.next(10).subscribe, std::vector<std::string>{"r-2"});
+}
+
+TEST(RobotSubscriptions, AnIdNoTopicCanCarryIsNeverWantedSoNoBatchIsEmptyOfFilters) {
+  RobotSubscriptions subscriptions;
+  subscriptions.want("robot.with.dots");
+  subscriptions.stray("a/b");
+  EXPECT_FALSE(subscriptions.pending());
+  EXPECT_TRUE(subscriptions.next(10).empty());
+}
+
 }  // namespace
 }  // namespace k8s4r::bridge

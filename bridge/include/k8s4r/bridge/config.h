@@ -53,8 +53,12 @@ struct BridgeConfig {
   std::chrono::nanoseconds replica_retry_period = std::chrono::seconds(2);     // replica-retry-period
   // replica-own-subscriptions: a replica subscribes to its own robots' topics
   // only (three filters per robot), so the broker sends each message to one
-  // replica; false: to every robot's, each replica dropping what is not its own.
-  bool replica_own_subscriptions = true;
+  // replica. Off by default: a running robot whose Robot is in no replica's
+  // cache (deleted while its slot moved, labelled with another slot, made
+  // before slot labels) is then heard by nobody until it registers again
+  // (docs/bridge.md#replicas). Off: every replica subscribes to every
+  // robot's topics and drops what is not its own.
+  bool replica_own_subscriptions = false;
   std::size_t kube_writers = 4;  // kube-writers: threads writing to the API server
   // max-unapproved-robots: no Robot is created for a new robot while this
   // many wait for approval (Pending or Rejected); new-robots-per-second: at

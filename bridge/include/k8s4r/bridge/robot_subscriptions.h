@@ -28,6 +28,7 @@ class RobotSubscriptions {
   // The filters of one robot; empty for an id no topic can carry.
   static std::vector<mqtt::Subscription> filters(const std::string& robot_id);
 
+  // An id no topic can carry (a Robot named by hand) is never wanted.
   void want(const std::string& robot_id);
   void unwant(const std::string& robot_id);
   bool wanted(const std::string& robot_id) const { return wanted_.contains(robot_id); }
@@ -46,15 +47,18 @@ class RobotSubscriptions {
   };
   // At most `max_robots` robots whose subscription must change, taken as sent.
   Batch next(std::size_t max_robots);
-  bool pending() const { return !dirty_.empty(); }
-  // Robots the broker was asked to subscribe this bridge to, and no longer asked not to.
+  bool pending() const { return !dirty_.empty() || !stray_queue_.empty(); }
+  // Robots the broker was asked, on this connection, to send this bridge.
   std::size_t held() const { return held_.size(); }
 
  private:
   void touch(const std::string& robot_id);
 
-  std::unordered_set<std::string> wanted_, held_, strays_;
-  std::unordered_set<std::string> dirty_;  // to look at: wanted and held may differ
+  std::unordered_set<std::string> wanted_, held_;
+  std::unordered_set<std::string> dirty_;  // wanted and not held, or held and not wanted
+  // Strays seen on this connection, and those not yet unsubscribed: never
+  // held, so a robot wanted after it strayed is subscribed all the same.
+  std::unordered_set<std::string> strays_, stray_queue_;
 };
 
 }  // namespace k8s4r::bridge
