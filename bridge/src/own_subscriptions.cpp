@@ -10,7 +10,7 @@
 // next heartbeat is answered with "register again", as with one bridge).
 // What a robot sends before its owner follows it is what arrives in a
 // hand-over's gap: its reports are sent again until confirmed
-// (docs/protocol.md#ack); a presence may be lost, and its heartbeats correct it.
+// (docs/protocol.md#ack); its presence is retained, and comes as it is followed.
 #include "k8s4r/bridge/bridge.h"
 
 #include "k8s4r/crd/resources.h"
