@@ -311,3 +311,24 @@ def test_a_replica_that_received_every_robot_lets_those_subscriptions_go_when_it
     wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_messages_total", topic="heartbeat") >= heartbeats + 3,
                10, "bridge-0 to get its own robot's heartbeats")
     assert made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total") == before
+
+
+def test_a_robot_deleted_while_its_agent_runs_is_told_to_register_again_by_a_replica_following_its_own(
+        sim, replicas, agents):
+    """Its owner stops following a robot whose Robot is deleted only after a grace, so the robot's next heartbeat
+    still reaches it and is answered "register again", as one bridge answers it."""
+    start, made = replicas
+    members = ["bridge-0", "bridge-1"]
+    for name in members:
+        start(name, OWN)
+    wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
+    _, robots, started = start_robots(sim, agents, members, 1)
+    robot = robots[0]
+    owner = made[owner_among(slot_of(robot), members)]
+    wait_until(lambda: owner.metric("k8s4r_bridge_robots_subscribed") == 1, 10, "its owner to follow it")
+    first_uid = get(sim, "robot", robot)["metadata"]["uid"]
+    sim.kubectl("delete", "robot", robot)
+    wait_until(lambda: (r := get(sim, "robot", robot)) and r["metadata"]["uid"] != first_uid, 30,
+               "the agent to register again (a new Robot)")
+    assert "register again" in started[robot].log_text()
+    wait_until(lambda: owner.metric("k8s4r_bridge_robots_subscribed") == 1, 10, "its owner to follow it again")
