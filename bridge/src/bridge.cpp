@@ -245,11 +245,11 @@ void Bridge::on_connected() {
   // that subscribed to them earlier keeps them at the broker: what arrives
   // there with legacy-topics off is refused (LegacyTopic), never applied.
   // A replica following its own robots (own_subscriptions.cpp) takes only
-  // the registers of all.
-  std::vector<mqtt::Subscription> subscriptions{{std::string(topics::kAllRegisterFilter), 1}};
+  // the registers and presences of all.
+  std::vector<mqtt::Subscription> subscriptions{{std::string(topics::kAllRegisterFilter), 1},
+                                                {std::string(topics::kAllPresenceFilter), 1}};
   if (!own_subscriptions()) {
     subscriptions.push_back({std::string(topics::kAllTaskStatusFilter), 1});
-    subscriptions.push_back({std::string(topics::kAllPresenceFilter), 1});
     subscriptions.push_back({std::string(topics::kAllHeartbeatFilter), 0});
   }
   if (config_.legacy_topics) {
@@ -267,8 +267,8 @@ void Bridge::on_connected() {
       }
       if (own_subscriptions()) {
         spdlog::info(
-            "subscribed to every robot's register (QoS 1){}; following its own robots' heartbeat (QoS 0), "
-            "task status and presence (QoS 1)",
+            "subscribed to every robot's register and presence (QoS 1){}; following its own robots' heartbeat "
+            "(QoS 0) and task status (QoS 1)",
             config_.legacy_topics ? " and the legacy shared topics" : "");
       } else {
         spdlog::info("subscribed to register, task status and presence (QoS 1) and heartbeat (QoS 0){}",
@@ -372,8 +372,9 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
   // legacy shared topic is judged once its payload names the robot.)
   if (!where.legacy && !where.robot_id.empty() && !serves(where.robot_id)) {
     metrics_.add("k8s4r_bridge_messages_not_served_total");
-    // Not a register (those reach every replica): a filter left from before.
-    if (own_subscriptions() && where.kind != topics::TopicKind::register_robot) {
+    // Not a register or presence (those reach every replica): a filter left from before.
+    if (own_subscriptions() && where.kind != topics::TopicKind::register_robot &&
+        where.kind != topics::TopicKind::presence) {
       subscriptions_.stray(where.robot_id);
       subscribe_soon();
     }
@@ -422,13 +423,16 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
     }
     case topics::TopicKind::presence: {
       metrics_.add("k8s4r_bridge_messages_total", {{"topic", "presence"}});
-      if (!robots_->get(namespace_, where.robot_id)) return;  // nothing to write before it registers (on_presence)
+      // Nothing to write before it registers (on_presence); a replica
+      // following its own robots looks for one heard by nobody.
+      if (!own_subscriptions() && !robots_->get(namespace_, where.robot_id)) return;
       auto message = parse_presence(payload);
       if (!message) return refuse("a presence", {"InvalidPayload", message.error().to_string()}, where.robot_id);
       if (mismatch(message.value().robot_id))
         return refuse("a presence",
                       {"TopicMismatch", "robotId " + message.value().robot_id + " differs from the topic's"},
                       where.robot_id);
+      if (!robots_->get(namespace_, where.robot_id)) return note_unfollowed_presence(message.value());
       return on_presence(message.value());
     }
     case topics::TopicKind::task_status: {

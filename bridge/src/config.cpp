@@ -97,9 +97,9 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
        "how often a replica renews its Lease; it reads the slot table four times as often (2s)",
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.replica_retry_period); }},
       {"replica-own-subscriptions", daemon::ValueType::Bool,
-       "a replica subscribes to the topics of its own robots only, so the broker sends each robot's messages to "
-       "its owner alone; a running robot whose Robot no replica caches is then unheard until it registers again "
-       "(false: every replica receives the whole fleet's messages)",
+       "a replica subscribes to its own robots' heartbeats and reports only, so the broker sends them to their "
+       "owner alone; a running robot whose Robot carries another slot's label by hand is then unheard until it "
+       "reconnects (false: every replica receives the whole fleet's messages)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.replica_own_subscriptions); }},
       {"kube-writers", daemon::ValueType::Count, "threads writing to the Kubernetes API (4)",
        [&c](const std::string& v) -> ApplyResult {

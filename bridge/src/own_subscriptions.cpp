@@ -1,8 +1,9 @@
 // A replica's subscriptions to its own robots' topics (docs/bridge.md#replicas,
 // replica-own-subscriptions, off by default): the broker sends each robot's
-// heartbeats, reports and presence to the replica that serves it alone,
-// instead of to every replica. Registers still reach every replica (a shared
-// filter): a new robot has no Robot yet for its owner to follow.
+// heartbeats and reports to the replica that serves it alone, instead of to
+// every replica. Registers and presences still reach every replica (shared
+// filters): a new robot has no Robot yet for its owner to follow, and a
+// presence is how an owner finds a running robot heard by nobody.
 //
 // A robot is followed while its slot is served here and its Robot is in the
 // cache; a slot gained follows its robots once they are cached, a slot lost
@@ -10,7 +11,14 @@
 // next heartbeat is answered with "register again", as with one bridge).
 // What a robot sends before its owner follows it is what arrives in a
 // hand-over's gap: its reports are sent again until confirmed
-// (docs/protocol.md#ack); its presence is retained, and comes as it is followed.
+// (docs/protocol.md#ack).
+//
+// Heard by nobody: a running robot whose Robot is in no replica's cache (it
+// was deleted while its slot changed hands, or made before slot labels).
+// Its owner learns of it from its presence: live, or retained and sent again
+// when the owner gains slots (it subscribes to every presence again). Still
+// online and without a Robot after a grace (a new robot registers within
+// it), the robot is told to register again, which makes or labels its Robot.
 #include "k8s4r/bridge/bridge.h"
 
 #include "k8s4r/crd/resources.h"
@@ -20,14 +28,19 @@
 namespace k8s4r::bridge {
 
 namespace {
-// Robots per SUBSCRIBE (three filters each, about 130 KiB): a replica's 8,000
-// robots in 16 packets on connecting.
+// Robots per SUBSCRIBE (two filters each, about 90 KiB): a replica's 8,000
+// robots in 8 packets on connecting.
 constexpr std::size_t kRobotsPerPacket = 1000;
 // Changes within this long go out together.
 constexpr std::chrono::milliseconds kGather{20};
 // A deleted Robot's robot is followed this long still: its next heartbeat is
 // told to register again.
 constexpr std::chrono::minutes kDeletedRobotGrace{2};
+// A robot online with no Robot this long is told to register again: a new
+// one has registered by then. Checked this often, at most this many.
+constexpr std::chrono::seconds kUnfollowedGrace{10};
+constexpr std::chrono::seconds kUnfollowedCheck{5};
+constexpr std::size_t kMaxUnfollowed = 10'000;
 }  // namespace
 
 bool Bridge::own_subscriptions() const { return !config_.replica_id.empty() && config_.replica_own_subscriptions; }
@@ -51,7 +64,7 @@ void Bridge::unfollow_deleted_later(const std::string& robot_id) {
   });
 }
 
-void Bridge::follow_served_slots() {
+void Bridge::follow_served_slots(bool gained) {
   if (!own_subscriptions()) return;
   subscriptions_.unwant_if([this](const std::string& robot_id) { return served_[slot_of(robot_id)] == 0; });
   for (const auto& robot : robots_->list()) {
@@ -59,6 +72,42 @@ void Bridge::follow_served_slots() {
     if (served_[slot_of(name)] != 0) subscriptions_.want(name);
   }
   subscribe_soon();
+  if (gained && mqtt_connected_ && link_) {
+    // The broker sends every robot's retained presence again; the gained
+    // slots' robots with no Robot cached are looked at (note_unfollowed_presence).
+    link_->subscribe({{std::string(topics::kAllPresenceFilter), 1}}, [](bool ok, const std::string& error) {
+      if (!ok) spdlog::warn("asking again for robots' presences failed: {}", error);
+    });
+  }
+}
+
+void Bridge::note_unfollowed_presence(const Presence& message) {
+  if (!own_subscriptions()) return;
+  if (!message.online) {
+    unfollowed_online_.erase(message.robot_id);
+    return;
+  }
+  if (unfollowed_online_.size() >= kMaxUnfollowed) return;  // the rest at the next slot gain or connection
+  unfollowed_online_.emplace(message.robot_id, loop_.clock().steady());
+  if (!unfollowed_timer_) unfollowed_timer_ = loop_.after(kUnfollowedCheck, [this] { check_unfollowed(); });
+}
+
+void Bridge::check_unfollowed() {
+  unfollowed_timer_ = 0;
+  if (stopping_) return;
+  const auto steady_now = loop_.clock().steady();
+  for (auto robot = unfollowed_online_.begin(); robot != unfollowed_online_.end();) {
+    if (steady_now - robot->second < kUnfollowedGrace) {
+      ++robot;
+      continue;
+    }
+    if (serves(robot->first) && !robots_->get(namespace_, robot->first)) {
+      spdlog::info("robot {} is online with no Robot this replica holds: telling it to register again", robot->first);
+      tell_to_register(robot->first);
+    }
+    robot = unfollowed_online_.erase(robot);
+  }
+  if (!unfollowed_online_.empty()) unfollowed_timer_ = loop_.after(kUnfollowedCheck, [this] { check_unfollowed(); });
 }
 
 void Bridge::subscriptions_on_connected() {
@@ -66,8 +115,7 @@ void Bridge::subscriptions_on_connected() {
   // A session of this replica from before may hold the shared filters (an
   // earlier version, or replica-own-subscriptions=false): they would bring the
   // whole fleet's messages still.
-  link_->unsubscribe({std::string(topics::kAllHeartbeatFilter), std::string(topics::kAllTaskStatusFilter),
-                      std::string(topics::kAllPresenceFilter)},
+  link_->unsubscribe({std::string(topics::kAllHeartbeatFilter), std::string(topics::kAllTaskStatusFilter)},
                      [](bool, const std::string&) {});
   subscriptions_.reconnected();
   subscriptions_batch_ = 0;  // what was in flight went with the last connection

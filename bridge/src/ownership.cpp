@@ -179,7 +179,7 @@ void Bridge::serve_slots(const ServedSlots& slots) {
     logins_on_slots_gained(gained_slots);
   }
   // The broker sends this replica what its robots send, and no more.
-  if (gained > 0 || lost > 0) follow_served_slots();
+  if (gained > 0 || lost > 0) follow_served_slots(gained > 0);
   // Epochs that changed for slots kept (a reclaim): nothing to redo; the
   // next message to each robot carries the new one.
   spdlog::info("replica {}: now serves {} more and {} fewer slot(s)", config_.replica_id, gained, lost);

@@ -7,10 +7,9 @@ namespace k8s4r::bridge {
 std::vector<mqtt::Subscription> RobotSubscriptions::filters(const std::string& robot_id) {
   auto heartbeat = topics::robot_heartbeat(robot_id);
   auto reports = topics::task_status_filter(robot_id);
-  auto presence = topics::presence(robot_id);
-  if (!heartbeat || !reports || !presence) return {};
+  if (!heartbeat || !reports) return {};
   // Heartbeats at QoS 0 as with the shared filters (bridge.cpp on_connected).
-  return {{std::move(heartbeat).value(), 0}, {std::move(reports).value(), 1}, {std::move(presence).value(), 1}};
+  return {{std::move(heartbeat).value(), 0}, {std::move(reports).value(), 1}};
 }
 
 void RobotSubscriptions::want(const std::string& robot_id) {

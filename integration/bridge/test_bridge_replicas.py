@@ -332,3 +332,27 @@ def test_a_robot_deleted_while_its_agent_runs_is_told_to_register_again_by_a_rep
                "the agent to register again (a new Robot)")
     assert "register again" in started[robot].log_text()
     wait_until(lambda: owner.metric("k8s4r_bridge_robots_subscribed") == 1, 10, "its owner to follow it again")
+
+
+def test_a_robot_whose_robot_went_while_its_slot_had_no_owner_is_found_by_its_presence(sim, replicas, agents):
+    """Its owner killed, its Robot deleted before another replica took the slot over: the new owner never saw the
+    Robot, so it does not follow the robot, whose heartbeats reach nobody. Gaining the slot, it asks for every
+    robot's retained presence again, finds this one online with no Robot, and tells it to register again."""
+    start, made = replicas
+    members = ["bridge-0", "bridge-1"]
+    for name in members:
+        start(name, OWN)
+    wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
+    chosen, _, started = start_robots(sim, agents, members, 1)
+    victim = "bridge-1"
+    robot = chosen[victim][0]
+    wait_until(lambda: made[victim].metric("k8s4r_bridge_robots_subscribed") == 1, 10, "its owner to follow it")
+    first_uid = get(sim, "robot", robot)["metadata"]["uid"]
+    made[victim].kill9()
+    sim.kubectl("delete", "robot", robot)
+    wait_until(lambda: settled(sim, ["bridge-0"]), LEASE_SECONDS + 6, "bridge-0 to take the slots over")
+    wait_until(lambda: (r := get(sim, "robot", robot)) and r["metadata"]["uid"] != first_uid, 40,
+               "the agent to be told and register again (a new Robot)")
+    assert "register again" in started[robot].log_text()
+    wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_robots_subscribed") == 2, 10,
+               "bridge-0 to follow it")

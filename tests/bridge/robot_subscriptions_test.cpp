@@ -12,15 +12,13 @@ std::vector<std::string> sorted(std::vector<std::string> v) {
   return v;
 }
 
-TEST(RobotSubscriptions, ARobotIsItsHeartbeatReportsAndPresenceAndABadIdIsNothing) {
+TEST(RobotSubscriptions, ARobotIsItsHeartbeatAndReportsAndABadIdIsNothing) {
   const auto filters = RobotSubscriptions::filters("r-1");
-  ASSERT_EQ(filters.size(), 3u);
+  ASSERT_EQ(filters.size(), 2u);
   EXPECT_EQ(filters[0].filter, "k8s4r/robots/r-1/heartbeat");
   EXPECT_EQ(filters[0].qos, 0);
   EXPECT_EQ(filters[1].filter, "k8s4r/robots/r-1/tasks/+/status");
   EXPECT_EQ(filters[1].qos, 1);
-  EXPECT_EQ(filters[2].filter, "k8s4r/robots/r-1/presence");
-  EXPECT_EQ(filters[2].qos, 1);
   for (const char* bad : {"a/b", "+", "#", ""}) EXPECT_TRUE(RobotSubscriptions::filters(bad).empty()) << bad;
 }
 

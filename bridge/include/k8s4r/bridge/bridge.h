@@ -277,8 +277,14 @@ class Bridge {
   // cached, and lets them go if not.
   void follow_robot(const std::string& robot_id);
   void unfollow_deleted_later(const std::string& robot_id);
-  // After the served slots changed: their cached robots followed, the rest let go.
-  void follow_served_slots();
+  // After the served slots changed: their cached robots followed, the rest
+  // let go; with slots gained, every robot's retained presence asked for
+  // again, to find the gained slots' robots heard by nobody.
+  void follow_served_slots(bool gained);
+  // A presence of a robot served here with no Robot cached: online, and
+  // still without a Robot after a grace, it is told to register again.
+  void note_unfollowed_presence(const Presence& message);
+  void check_unfollowed();
   void subscriptions_on_connected();
   void subscribe_soon();
   void pump_subscriptions();
@@ -336,6 +342,10 @@ class Bridge {
   std::uint64_t subscriptions_batches_ = 0;  // batches sent so far
   std::uint64_t subscriptions_batch_ = 0;    // the one in flight, 0: none
   daemon::EventLoop::TimerId subscriptions_timer_ = 0;
+  // Robots served here, online by their presence and with no Robot cached,
+  // and since when (bounded).
+  std::map<std::string, std::chrono::steady_clock::time_point> unfollowed_online_;
+  daemon::EventLoop::TimerId unfollowed_timer_ = 0;
 
   // Messages between Paho's thread and the loop: at most this many wait, so
   // a burst waits in the broker, not in the bridge's heap.

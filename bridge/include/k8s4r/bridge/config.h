@@ -51,13 +51,12 @@ struct BridgeConfig {
   std::chrono::nanoseconds replica_lease_duration = std::chrono::seconds(15);  // replica-lease-duration
   std::chrono::nanoseconds replica_renew_deadline = std::chrono::seconds(10);  // replica-renew-deadline
   std::chrono::nanoseconds replica_retry_period = std::chrono::seconds(2);     // replica-retry-period
-  // replica-own-subscriptions: a replica subscribes to its own robots' topics
-  // only (three filters per robot), so the broker sends each message to one
-  // replica. Off by default: a running robot whose Robot is in no replica's
-  // cache (deleted while its slot moved, labelled with another slot, made
-  // before slot labels) is then heard by nobody until it registers again
-  // (docs/bridge.md#replicas). Off: every replica subscribes to every
-  // robot's topics and drops what is not its own.
+  // replica-own-subscriptions: a replica subscribes to its own robots'
+  // heartbeats and reports only (two filters per robot), so the broker sends
+  // each to one replica. Off by default: a running robot whose Robot an
+  // operator labelled with another slot is then heard by nobody until it
+  // reconnects (docs/bridge.md#replicas). Off: every replica subscribes to
+  // every robot's topics and drops what is not its own.
   bool replica_own_subscriptions = false;
   std::size_t kube_writers = 4;  // kube-writers: threads writing to the API server
   // max-unapproved-robots: no Robot is created for a new robot while this

@@ -1,7 +1,8 @@
 // A replica's subscriptions to its own robots' topics (docs/bridge.md#replicas):
-// each robot it serves and has a Robot for is three filters (its heartbeat at
-// QoS 0, its task reports and presence at QoS 1), so the broker sends a
-// robot's messages to its owner only, not to every replica.
+// each robot it serves and has a Robot for is two filters (its heartbeat at
+// QoS 0, its task reports at QoS 1), so the broker sends a robot's
+// heartbeats and reports to its owner only, not to every replica.
+// (Registers and presences, a robot's rare messages, reach every replica.)
 //
 // Pure bookkeeping, no I/O: the bridge says which robots it wants, sends what
 // next() returns as one SUBSCRIBE and one UNSUBSCRIBE, and says when the
