@@ -340,14 +340,14 @@ class Bench:
         bridge0, figures0, writes0 = (self.bridge.metric("k8s4r_bridge_messages_total", topic="heartbeat"),
                                       self.bridge_figures(), robot_writes())
         broker0 = proc_figures(self.broker.process.pid)
-        dropped0 = self.bridge.metric("k8s4r_bridge_messages_not_served_total")
+        dropped0 = self.bridge.metric_sum("k8s4r_bridge_messages_not_served_total")
         sub0 = self.subscriber.count_at(t0)
         time.sleep(seconds)
         t1 = time.monotonic_ns()
         bridge1, figures1, writes1 = (self.bridge.metric("k8s4r_bridge_messages_total", topic="heartbeat"),
                                       self.bridge_figures(), robot_writes())
         broker1 = proc_figures(self.broker.process.pid)
-        dropped1 = self.bridge.metric("k8s4r_bridge_messages_not_served_total")
+        dropped1 = self.bridge.metric_sum("k8s4r_bridge_messages_not_served_total")
         sub1 = self.subscriber.count_at(t1)
         answers = [shard.next_event(mark, 300) for shard, mark in zip(self.shards, marks)]
         window = (t1 - t0) / 1e9

@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <random>
 #include <utility>
 
@@ -245,9 +246,12 @@ void Bridge::on_connected() {
   // that subscribed to them earlier keeps them at the broker: what arrives
   // there with legacy-topics off is refused (LegacyTopic), never applied.
   // A replica following its own robots (own_subscriptions.cpp) takes only
-  // the registers and presences of all.
-  std::vector<mqtt::Subscription> subscriptions{{std::string(topics::kAllRegisterFilter), 1},
-                                                {std::string(topics::kAllPresenceFilter), 1}};
+  // the registers and presences of all, and the presences (the whole
+  // fleet's retained ones come with them) once it serves slots: its first
+  // slots ask for them.
+  std::vector<mqtt::Subscription> subscriptions{{std::string(topics::kAllRegisterFilter), 1}};
+  const bool serves_slots = std::any_of(served_.begin(), served_.end(), [](auto epoch) { return epoch != 0; });
+  if (!own_subscriptions() || serves_slots) subscriptions.push_back({std::string(topics::kAllPresenceFilter), 1});
   if (!own_subscriptions()) {
     subscriptions.push_back({std::string(topics::kAllTaskStatusFilter), 1});
     subscriptions.push_back({std::string(topics::kAllHeartbeatFilter), 0});
@@ -357,6 +361,24 @@ void Bridge::publish(const std::string& topic, const std::string& payload, std::
   });
 }
 
+namespace {
+// The topic label of k8s4r_bridge_messages_not_served_total.
+const char* topic_label(topics::TopicKind kind) {
+  switch (kind) {
+    case topics::TopicKind::register_robot:
+      return "register";
+    case topics::TopicKind::heartbeat:
+      return "heartbeat";
+    case topics::TopicKind::presence:
+      return "presence";
+    case topics::TopicKind::task_status:
+      return "task_status";
+    default:
+      return "other";
+  }
+}
+}  // namespace
+
 void Bridge::on_message(const std::string& topic, const std::string& payload) {
   if (stopping_) return;
   if (topic == dynsec::kResponseTopic) return on_dynsec_response(payload);
@@ -371,7 +393,7 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
   // Another replica's robot: its owner has this message too. (One on a
   // legacy shared topic is judged once its payload names the robot.)
   if (!where.legacy && !where.robot_id.empty() && !serves(where.robot_id)) {
-    metrics_.add("k8s4r_bridge_messages_not_served_total");
+    metrics_.add("k8s4r_bridge_messages_not_served_total", {{"topic", topic_label(where.kind)}});
     // Not a register or presence (those reach every replica): a filter left from before.
     if (own_subscriptions() && where.kind != topics::TopicKind::register_robot &&
         where.kind != topics::TopicKind::presence) {
@@ -382,7 +404,7 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
   }
   const auto not_served = [&](const std::string& robot_id) {
     if (serves(robot_id)) return false;
-    metrics_.add("k8s4r_bridge_messages_not_served_total");
+    metrics_.add("k8s4r_bridge_messages_not_served_total", {{"topic", topic_label(where.kind)}});
     return true;
   };
   if (where.legacy && !config_.legacy_topics) {

@@ -37,10 +37,16 @@ constexpr std::chrono::milliseconds kGather{20};
 // told to register again.
 constexpr std::chrono::minutes kDeletedRobotGrace{2};
 // A robot online with no Robot this long is told to register again: a new
-// one has registered by then. Checked this often, at most this many.
+// one has usually registered by then (one told anyway registers as it would).
+// Checked this often, at most this many remembered, and at most this many
+// told a check: half the refusal answers' 200 a second.
 constexpr std::chrono::seconds kUnfollowedGrace{10};
-constexpr std::chrono::seconds kUnfollowedCheck{5};
+constexpr std::chrono::seconds kUnfollowedCheck{1};
 constexpr std::size_t kMaxUnfollowed = 10'000;
+constexpr std::size_t kToldPerCheck = 100;
+// Slots gained within this long share one request for every presence (a
+// hand-over that moves slots in steps).
+constexpr std::chrono::seconds kPresencesGather{2};
 }  // namespace
 
 bool Bridge::own_subscriptions() const { return !config_.replica_id.empty() && config_.replica_own_subscriptions; }
@@ -72,13 +78,18 @@ void Bridge::follow_served_slots(bool gained) {
     if (served_[slot_of(name)] != 0) subscriptions_.want(name);
   }
   subscribe_soon();
-  if (gained && mqtt_connected_ && link_) {
-    // The broker sends every robot's retained presence again; the gained
-    // slots' robots with no Robot cached are looked at (note_unfollowed_presence).
-    link_->subscribe({{std::string(topics::kAllPresenceFilter), 1}}, [](bool ok, const std::string& error) {
-      if (!ok) spdlog::warn("asking again for robots' presences failed: {}", error);
-    });
-  }
+  if (gained && !presences_timer_) presences_timer_ = loop_.after(kPresencesGather, [this] { ask_presences_again(); });
+}
+
+void Bridge::ask_presences_again() {
+  presences_timer_ = 0;
+  if (stopping_ || !mqtt_connected_ || !link_) return;  // on_connected subscribes to them
+  // The broker sends every robot's retained presence again (a whole fleet's:
+  // once per gain, gathered); the gained slots' robots with no Robot cached
+  // are looked at (note_unfollowed_presence).
+  link_->subscribe({{std::string(topics::kAllPresenceFilter), 1}}, [](bool ok, const std::string& error) {
+    if (!ok) spdlog::warn("asking again for robots' presences failed: {}", error);
+  });
 }
 
 void Bridge::note_unfollowed_presence(const Presence& message) {
@@ -96,14 +107,18 @@ void Bridge::check_unfollowed() {
   unfollowed_timer_ = 0;
   if (stopping_) return;
   const auto steady_now = loop_.clock().steady();
-  for (auto robot = unfollowed_online_.begin(); robot != unfollowed_online_.end();) {
-    if (steady_now - robot->second < kUnfollowedGrace) {
+  std::size_t told = 0;
+  for (auto robot = unfollowed_online_.begin(); robot != unfollowed_online_.end() && told < kToldPerCheck;) {
+    // Too soon, or a late Lease that may be renewed: looked at again.
+    const bool lease_late = served_[slot_of(robot->first)] != 0 && !serves(robot->first);
+    if (steady_now - robot->second < kUnfollowedGrace || lease_late) {
       ++robot;
       continue;
     }
     if (serves(robot->first) && !robots_->get(namespace_, robot->first)) {
       spdlog::info("robot {} is online with no Robot this replica holds: telling it to register again", robot->first);
       tell_to_register(robot->first);
+      ++told;
     }
     robot = unfollowed_online_.erase(robot);
   }

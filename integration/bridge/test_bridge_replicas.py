@@ -149,15 +149,15 @@ def test_three_replicas_share_the_slots_and_each_serves_only_its_robots(tmp_path
     for name in members:
         assert made[name].metric("k8s4r_bridge_informer_objects", resource="robots") == 2, name
         assert made[name].metric("k8s4r_bridge_informer_objects", resource="tasks") == 6, name
-    # The broker sends each robot's heartbeats, reports and presence to its owner alone (only registers reach
+    # The broker sends each robot's heartbeats and reports to its owner alone (registers and presences reach
     # every replica); by default to every replica, the others dropping them unread.
     # Judged over the next heartbeats (one a second from each of the six robots).
-    before = {name: (made[name].metric("k8s4r_bridge_messages_not_served_total"),
+    before = {name: (made[name].metric("k8s4r_bridge_messages_not_served_total", topic="heartbeat"),
                      made[name].metric("k8s4r_bridge_messages_total", topic="heartbeat")) for name in members}
     wait_until(lambda: all(made[name].metric("k8s4r_bridge_messages_total", topic="heartbeat") >=
                            before[name][1] + 6 for name in members), 20, "each replica to get its robots' heartbeats")
     for name in members:
-        not_served = made[name].metric("k8s4r_bridge_messages_not_served_total") - before[name][0]
+        not_served = made[name].metric("k8s4r_bridge_messages_not_served_total", topic="heartbeat") - before[name][0]
         subscribed = made[name].metric("k8s4r_bridge_robots_subscribed")
         if own_subscriptions:
             assert (not_served, subscribed) == (0, 2), name
@@ -299,18 +299,18 @@ def test_a_replica_that_received_every_robot_lets_those_subscriptions_go_when_it
         start(name)
     wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
     start_robots(sim, agents, members, 1)
-    wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total") > 0, 10,
+    wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total", topic="heartbeat") > 0, 10,
                "bridge-0 to receive the other replica's robot")
     made["bridge-0"].stop()
     start("bridge-0", OWN)
     wait_until(lambda: settled(sim, members), 20, "the slot table to settle again")
     wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_robots_subscribed") == 1, 10,
                "bridge-0 to follow its own robot")
-    before = made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total")
+    before = made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total", topic="heartbeat")
     heartbeats = made["bridge-0"].metric("k8s4r_bridge_messages_total", topic="heartbeat")
     wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_messages_total", topic="heartbeat") >= heartbeats + 3,
                10, "bridge-0 to get its own robot's heartbeats")
-    assert made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total") == before
+    assert made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total", topic="heartbeat") == before
 
 
 def test_a_robot_deleted_while_its_agent_runs_is_told_to_register_again_by_a_replica_following_its_own(

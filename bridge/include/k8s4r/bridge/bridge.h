@@ -19,8 +19,8 @@
 //                   slot table gives this replica are served: their
 //                   messages handled, their Tasks dispatched (with the
 //                   slot's epoch), the rest left to their owners;
-//   own_subscriptions  a replica subscribes to its own robots' topics
-//                   only, so the broker sends each message to its owner;
+//   own_subscriptions  with replica-own-subscriptions, a replica follows
+//                   its own robots' heartbeats and reports only;
 //   broker_identities  with --dynamic-security, each robot's Secret made its
 //                   broker login, confined to its own topics, and removed
 //                   (the robot disconnected) when the Secret goes, and
@@ -285,6 +285,7 @@ class Bridge {
   // still without a Robot after a grace, it is told to register again.
   void note_unfollowed_presence(const Presence& message);
   void check_unfollowed();
+  void ask_presences_again();
   void subscriptions_on_connected();
   void subscribe_soon();
   void pump_subscriptions();
@@ -345,7 +346,7 @@ class Bridge {
   // Robots served here, online by their presence and with no Robot cached,
   // and since when (bounded).
   std::map<std::string, std::chrono::steady_clock::time_point> unfollowed_online_;
-  daemon::EventLoop::TimerId unfollowed_timer_ = 0;
+  daemon::EventLoop::TimerId unfollowed_timer_ = 0, presences_timer_ = 0;
 
   // Messages between Paho's thread and the loop: at most this many wait, so
   // a burst waits in the broker, not in the bridge's heap.
