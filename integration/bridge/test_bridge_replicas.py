@@ -313,24 +313,37 @@ def test_a_replica_that_received_every_robot_lets_those_subscriptions_go_when_it
     assert made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total", topic="heartbeat") == before
 
 
-def test_a_robot_deleted_while_its_agent_runs_is_told_to_register_again_by_a_replica_following_its_own(
-        sim, replicas, agents):
-    """Its owner stops following a robot whose Robot is deleted only after a grace, so the robot's next heartbeat
-    still reaches it and is answered "register again", as one bridge answers it."""
+def two_replicas_following_their_own(sim, replicas, agents):
+    """bridge-0 and bridge-1 with replica-own-subscriptions, a robot of each running and followed by its owner:
+    ({name: replica}, {name: [its robot]}, {robot: its agent})."""
     start, made = replicas
     members = ["bridge-0", "bridge-1"]
     for name in members:
         start(name, OWN)
     wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
-    _, robots, started = start_robots(sim, agents, members, 1)
-    robot = robots[0]
-    owner = made[owner_among(slot_of(robot), members)]
-    wait_until(lambda: owner.metric("k8s4r_bridge_robots_subscribed") == 1, 10, "its owner to follow it")
+    chosen, _, started = start_robots(sim, agents, members, 1)
+    for name in members:
+        wait_until(lambda: made[name].metric("k8s4r_bridge_robots_subscribed") == 1, 10, f"{name} to follow its robot")
+    return made, chosen, started
+
+
+def assert_made_again(sim, robot, first_uid, agent, timeout):
+    """The agent was told to register again and did: its Robot is a new one."""
+    wait_until(lambda: (r := get(sim, "robot", robot)) and r["metadata"]["uid"] != first_uid, timeout,
+               "the agent to register again (a new Robot)")
+    assert "register again" in agent.log_text()
+
+
+def test_a_robot_deleted_while_its_agent_runs_is_told_to_register_again_by_a_replica_following_its_own(
+        sim, replicas, agents):
+    """Its owner stops following a robot whose Robot is deleted only after a grace, so the robot's next heartbeat
+    still reaches it and is answered "register again", as one bridge answers it."""
+    made, chosen, started = two_replicas_following_their_own(sim, replicas, agents)
+    robot = chosen["bridge-0"][0]
+    owner = made["bridge-0"]
     first_uid = get(sim, "robot", robot)["metadata"]["uid"]
     sim.kubectl("delete", "robot", robot)
-    wait_until(lambda: (r := get(sim, "robot", robot)) and r["metadata"]["uid"] != first_uid, 30,
-               "the agent to register again (a new Robot)")
-    assert "register again" in started[robot].log_text()
+    assert_made_again(sim, robot, first_uid, started[robot], 30)
     wait_until(lambda: owner.metric("k8s4r_bridge_robots_subscribed") == 1, 10, "its owner to follow it again")
 
 
@@ -338,21 +351,13 @@ def test_a_robot_whose_robot_went_while_its_slot_had_no_owner_is_found_by_its_pr
     """Its owner killed, its Robot deleted before another replica took the slot over: the new owner never saw the
     Robot, so it does not follow the robot, whose heartbeats reach nobody. Gaining the slot, it asks for every
     robot's retained presence again, finds this one online with no Robot, and tells it to register again."""
-    start, made = replicas
-    members = ["bridge-0", "bridge-1"]
-    for name in members:
-        start(name, OWN)
-    wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
-    chosen, _, started = start_robots(sim, agents, members, 1)
+    made, chosen, started = two_replicas_following_their_own(sim, replicas, agents)
     victim = "bridge-1"
     robot = chosen[victim][0]
-    wait_until(lambda: made[victim].metric("k8s4r_bridge_robots_subscribed") == 1, 10, "its owner to follow it")
     first_uid = get(sim, "robot", robot)["metadata"]["uid"]
     made[victim].kill9()
     sim.kubectl("delete", "robot", robot)
     wait_until(lambda: settled(sim, ["bridge-0"]), LEASE_SECONDS + 6, "bridge-0 to take the slots over")
-    wait_until(lambda: (r := get(sim, "robot", robot)) and r["metadata"]["uid"] != first_uid, 40,
-               "the agent to be told and register again (a new Robot)")
-    assert "register again" in started[robot].log_text()
+    assert_made_again(sim, robot, first_uid, started[robot], 40)
     wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_robots_subscribed") == 2, 10,
                "bridge-0 to follow it")
