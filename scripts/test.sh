@@ -98,8 +98,8 @@ fi
 # are printed, never asserted. The figures in docs/performance.md come from the
 # full run.
 if [[ ${K8S4R_SKIP_BENCH:-0} != 1 ]]; then
-  log "bridge benchmark, short mode (bench/bridge_bench.py --short)"
-  K8S4R_BIN_DIR="$REPO_ROOT/build/bin" /usr/bin/python3 bench/bridge_bench.py --short --bin "$REPO_ROOT/build/bench"
+  log "bridge benchmark, short mode, robots on two bridged brokers (bench/bridge_bench.py --short --brokers 2)"
+  K8S4R_BIN_DIR="$REPO_ROOT/build/bin" /usr/bin/python3 bench/bridge_bench.py --short --brokers 2 --bin "$REPO_ROOT/build/bench"
   log "manager benchmark, short mode (bench/manager_bench.py --short)"
   K8S4R_BIN_DIR="$REPO_ROOT/build/bin" /usr/bin/python3 bench/manager_bench.py --short --bin "$REPO_ROOT/build/bench"
 fi
