@@ -78,9 +78,17 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
     return {robot};
   });
   tasks_->add_handler(kube::EventHandler{
-      [this](const kube::ObjectPtr& task) { loop_.post([this, task] { reconcile_task(task); }); },
+      [this](const kube::ObjectPtr& task) {
+        loop_.post([this, task] {
+          correct_slot_label(false, task);
+          reconcile_task(task);
+        });
+      },
       [this](const kube::ObjectPtr&, const kube::ObjectPtr& task) {
-        loop_.post([this, task] { reconcile_task(task); });
+        loop_.post([this, task] {
+          correct_slot_label(false, task);
+          reconcile_task(task);
+        });
       },
       // Gone is gone: whether the last state was seen changes nothing here.
       [this](const kube::ObjectPtr& task, bool) { loop_.post([this, task] { on_task_deleted(task); }); },
@@ -90,13 +98,18 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
       [this](const kube::ObjectPtr& robot) {
         // First sight: its list to keep is published (retained) once, an empty one too (the broker may
         // hold one from before that is no longer wanted).
-        loop_.post([this, name = crd::read_robot(*robot).name] {
+        loop_.post([this, robot] {
+          const std::string name = crd::read_robot(*robot).name;
+          correct_slot_label(true, robot);
           follow_robot(name);
           send_prefetch(name, false);
         });
       },
       [this](const kube::ObjectPtr&, const kube::ObjectPtr& robot) {
-        loop_.post([this, name = crd::read_robot(*robot).name] { on_robot_changed(name, false); });
+        loop_.post([this, robot] {
+          correct_slot_label(true, robot);
+          on_robot_changed(crd::read_robot(*robot).name, false);
+        });
       },
       [this](const kube::ObjectPtr& robot, bool) {
         loop_.post([this, name = crd::read_robot(*robot).name] {
@@ -105,8 +118,10 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
         });
       },
       [connected = kube::field_changed("/status/connected"), phase = kube::field_changed("/status/phase"),
-       prefetch = kube::field_changed("/status/prefetch")](const json& old_robot, const json& robot) {
-        return connected(old_robot, robot) || phase(old_robot, robot) || prefetch(old_robot, robot);
+       prefetch = kube::field_changed("/status/prefetch"),
+       slot = kube::field_changed("/metadata/labels/robot.k8s4r.io~1slot")](const json& old_robot, const json& robot) {
+        return connected(old_robot, robot) || phase(old_robot, robot) || prefetch(old_robot, robot) ||
+               slot(old_robot, robot);
       }});
 
   new_robots_ =

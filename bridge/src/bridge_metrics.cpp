@@ -85,6 +85,8 @@ void Bridge::declare_metrics() {
                    "Bridge replicas live by their Leases, this one included.");
   metrics_.declare("k8s4r_bridge_messages_not_served_total", Type::counter,
                    "MQTT messages of robots another replica serves, dropped unread, by topic.");
+  metrics_.declare("k8s4r_bridge_slot_labels_corrected_total", Type::counter,
+                   "Robots and Tasks this replica labelled back with their robot's slot (changed by hand).");
   metrics_.declare("k8s4r_bridge_robots_subscribed", Type::gauge,
                    "Robots whose topics this replica subscribes to, its own (replica-own-subscriptions).");
   metrics_.declare("k8s4r_bridge_broker_identities", Type::gauge,

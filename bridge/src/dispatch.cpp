@@ -372,9 +372,14 @@ void Bridge::on_task_deleted(const kube::ObjectPtr& task) {
     TaskMemory& memory = found->second;
     const auto state = memory.applied.state_or(view);
     // Gone without our finalizer (removed by force, or never added): a task
-    // still running on its robot is stopped there all the same.
+    // still running on its robot is stopped there all the same. One that
+    // still carries it was not deleted (a deletion completes once no
+    // finalizer is left, and the watch then shows it without): it left a
+    // replica's cache, its slot label changed by hand (its new holder
+    // labels it back, correct_slot_label), and its robot keeps running it.
     const auto fence = fence_for(view.target_robot);
-    if (memory.dispatched && !memory.delete_sends && !(state && crd::is_terminal(*state)) && mqtt_connected_ && fence) {
+    if (memory.dispatched && !memory.delete_sends && !(state && crd::is_terminal(*state)) && mqtt_connected_ && fence &&
+        !view.has_bridge_finalizer) {
       if (auto topic = topics::dispatch(view.target_robot))
         publish(topic.value(), dispatch_delete_payload(*task, fence->epoch));
     }

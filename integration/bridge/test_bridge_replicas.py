@@ -13,6 +13,7 @@ from conftest import Observer, wait_until
 
 LEASE_SECONDS = 4
 OWN = ["--replica-own-subscriptions=true"]
+EVERY_ROBOT = ["--replica-own-subscriptions=false"]
 REPLICA = ["--replica-lease-duration", f"{LEASE_SECONDS}s", "--replica-renew-deadline", "3s",
            "--replica-retry-period", "500ms", "--heartbeat-write-interval", "3s", "--dispatch-resend-after", "2s",
            "--heartbeat-ack-interval", "500ms"]
@@ -124,7 +125,7 @@ def test_three_replicas_share_the_slots_and_each_serves_only_its_robots(tmp_path
     start, made = replicas
     members = ["bridge-0", "bridge-1", "bridge-2"]
     for name in members:
-        start(name, OWN if own_subscriptions else [])
+        start(name, OWN if own_subscriptions else EVERY_ROBOT)
     wait_until(lambda: settled(sim, members), 20, "the slot table to share every slot among the three")
     served = {}
 
@@ -172,7 +173,7 @@ def test_a_replica_killed_under_load_is_taken_over_and_its_stale_dispatches_are_
     start, made = replicas
     members = ["bridge-0", "bridge-1", "bridge-2"]
     for name in members:
-        start(name, OWN if own_subscriptions else [])
+        start(name, OWN if own_subscriptions else EVERY_ROBOT)
     wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
     watcher = Observer(broker, ("k8s4r/robots/+/tasks/dispatch", "k8s4r/robots/+/acks"))
     try:
@@ -296,7 +297,7 @@ def test_a_replica_that_received_every_robot_lets_those_subscriptions_go_when_it
     start, made = replicas
     members = ["bridge-0", "bridge-1"]
     for name in members:
-        start(name)
+        start(name, EVERY_ROBOT)
     wait_until(lambda: settled(sim, members), 20, "the slot table to settle")
     start_robots(sim, agents, members, 1)
     wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total", topic="heartbeat") > 0, 10,
@@ -361,3 +362,47 @@ def test_a_robot_whose_robot_went_while_its_slot_had_no_owner_is_found_by_its_pr
     assert_made_again(sim, robot, first_uid, started[robot], 40)
     wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_robots_subscribed") == 2, 10,
                "bridge-0 to follow it")
+
+
+@pytest.mark.parametrize("label", ["another-replicas-slot", "not-a-slot"])
+def test_a_robot_relabelled_by_hand_is_labelled_back_and_followed_again(sim, replicas, agents, label):
+    """An operator (or a tool) changes a running robot's slot label: its Robot leaves its owner's cache, as if
+    deleted. Whichever replica holds it then labels it back; if none does (a value no replica's selection takes),
+    its owner, still following the robot for the grace, answers its next heartbeat "register again", and the
+    register labels the existing Robot. Either way its owner follows it again, and the Robot is the same one."""
+    made, chosen, _ = two_replicas_following_their_own(sim, replicas, agents)
+    robot = chosen["bridge-0"][0]
+    owner = made["bridge-0"]
+    first_uid = get(sim, "robot", robot)["metadata"]["uid"]
+    wrong = str(slot_of(chosen["bridge-1"][0])) if label == "another-replicas-slot" else "not-a-slot"
+    sim.kubectl("label", "robot", robot, f"robot.k8s4r.io/slot={wrong}", "--overwrite")
+    wait_until(lambda: sum(r.metric("k8s4r_bridge_slot_labels_corrected_total") for r in made.values()) >= 1 or
+               "register again" in made["bridge-0"].log_text(), 30, "a replica to notice the wrong label")
+    wait_until(lambda: get(sim, "robot", robot)["metadata"]["labels"].get("robot.k8s4r.io/slot") ==
+               str(slot_of(robot)), 30, "the Robot labelled with its own slot again")
+    assert get(sim, "robot", robot)["metadata"]["uid"] == first_uid
+    wait_until(lambda: owner.metric("k8s4r_bridge_informer_objects", resource="robots") == 1, 10,
+               "its owner to cache it again")
+    wait_until(lambda: owner.metric("k8s4r_bridge_robots_subscribed") == 1, 10, "its owner to follow it again")
+
+
+def test_a_sent_task_relabelled_by_hand_is_not_taken_for_deleted(tmp_path, sim, replicas, agents):
+    """A Task sent to its robot (which is away: the broker holds the dispatch) has its slot label changed by hand
+    to another replica's slot. It leaves its owner's cache as a Task deleted by force would, which its owner would
+    stop on the robot; but it still carries the bridge's finalizer, so it was not deleted, and nothing is sent.
+    The replica now holding it labels it back, and once the robot is back the task runs once, completed."""
+    made, chosen, started = two_replicas_following_their_own(sim, replicas, agents)
+    robot = chosen["bridge-0"][0]
+    started[robot].stop()
+    tasks = start_tasks(sim, tmp_path, [robot], 1, 0)
+    name = next(iter(tasks))
+    wait_until(lambda: "robot.k8s4r.io/bridge" in str(get(sim, "rtask", name)["metadata"].get("finalizers")), 20,
+               "the dispatch to be with the broker (the finalizer on)")
+    sim.kubectl("label", "rtask", name, f"robot.k8s4r.io/slot={slot_of(chosen['bridge-1'][0])}", "--overwrite")
+    wait_until(lambda: made["bridge-1"].metric("k8s4r_bridge_slot_labels_corrected_total") >= 1, 10,
+               "bridge-1, now holding it, to label it back")
+    wait_until(lambda: get(sim, "rtask", name)["metadata"]["labels"]["robot.k8s4r.io/slot"] == str(slot_of(robot)),
+               10, "the Task labelled with its robot's slot again")
+    started[robot].start()
+    wait_until(lambda: all_completed(sim, [name]), 30, "the task to complete")
+    assert_each_ran_once(sim, tasks)

@@ -257,6 +257,9 @@ class Bridge {
   // The Robot and Task informers select these slots' objects; with `wait`,
   // returns once they are listed (false: not within the renew deadline).
   bool select_caches(const ServedSlots& slots, bool wait);
+  // A replica's Robot or Task whose slot label is not its robot's slot
+  // (changed by hand) is labelled back.
+  void correct_slot_label(bool robot, const kube::ObjectPtr& object);
   bool serve_in_loop(const ServedSlots& slots);
   // The coordinator's thread, after each poll: caches of slots let go are
   // narrowed once this bridge's writes to them are in.
