@@ -98,8 +98,8 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
        [&c](const std::string& v) { return daemon::parse_positive_duration(v, c.replica_retry_period); }},
       {"replica-own-subscriptions", daemon::ValueType::Bool,
        "a replica subscribes to its own robots' heartbeats and reports only, so the broker sends them to their "
-       "owner alone; a running robot whose Robot carries another slot's label by hand is then unheard until it "
-       "reconnects (false: every replica receives the whole fleet's messages)",
+       "owner alone (true; false: every replica receives the whole fleet's messages and drops what another "
+       "serves)",
        [&c](const std::string& v) { return daemon::parse_bool(v, c.replica_own_subscriptions); }},
       {"kube-writers", daemon::ValueType::Count, "threads writing to the Kubernetes API (4)",
        [&c](const std::string& v) -> ApplyResult {

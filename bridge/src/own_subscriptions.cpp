@@ -1,5 +1,5 @@
 // A replica's subscriptions to its own robots' topics (docs/bridge.md#replicas,
-// replica-own-subscriptions, off by default): the broker sends each robot's
+// replica-own-subscriptions, on by default): the broker sends each robot's
 // heartbeats and reports to the replica that serves it alone, instead of to
 // every replica. Registers and presences still reach every replica (shared
 // filters): a new robot has no Robot yet for its owner to follow, and a
@@ -14,7 +14,9 @@
 // (docs/protocol.md#ack).
 //
 // Heard by nobody: a running robot whose Robot is in no replica's cache (it
-// was deleted while its slot changed hands, or made before slot labels).
+// was deleted while its slot changed hands, made before slot labels, or
+// labelled by hand with a slot that is not its own: its owner lets it go as
+// a deleted one, and the register it is told to send labels it back).
 // Its owner learns of it from its presence: live, or retained and sent again
 // when the owner gains slots (it subscribes to every presence again). Still
 // online and without a Robot after a grace (a new robot registers within

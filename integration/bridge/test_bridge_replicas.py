@@ -12,7 +12,7 @@ from bridge_support import (SLOTS, AgentProcess, BridgeProcess, apply_bridge_rba
 from conftest import Observer, wait_until
 
 LEASE_SECONDS = 4
-OWN = ["--replica-own-subscriptions=true"]
+OWN = ["--replica-own-subscriptions=true"]  # the default, said
 EVERY_ROBOT = ["--replica-own-subscriptions=false"]
 REPLICA = ["--replica-lease-duration", f"{LEASE_SECONDS}s", "--replica-renew-deadline", "3s",
            "--replica-retry-period", "500ms", "--heartbeat-write-interval", "3s", "--dispatch-resend-after", "2s",
@@ -303,7 +303,7 @@ def test_a_replica_that_received_every_robot_lets_those_subscriptions_go_when_it
     wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_messages_not_served_total", topic="heartbeat") > 0, 10,
                "bridge-0 to receive the other replica's robot")
     made["bridge-0"].stop()
-    start("bridge-0", OWN)
+    start("bridge-0")  # the default
     wait_until(lambda: settled(sim, members), 20, "the slot table to settle again")
     wait_until(lambda: made["bridge-0"].metric("k8s4r_bridge_robots_subscribed") == 1, 10,
                "bridge-0 to follow its own robot")

@@ -53,11 +53,9 @@ struct BridgeConfig {
   std::chrono::nanoseconds replica_retry_period = std::chrono::seconds(2);     // replica-retry-period
   // replica-own-subscriptions: a replica subscribes to its own robots'
   // heartbeats and reports only (two filters per robot), so the broker sends
-  // each to one replica. Off by default: a running robot whose Robot an
-  // operator labelled with another slot is then heard by nobody until it
-  // reconnects (docs/bridge.md#replicas). Off: every replica subscribes to
-  // every robot's topics and drops what is not its own.
-  bool replica_own_subscriptions = false;
+  // each to one replica (docs/bridge.md#replicas). Off: every replica
+  // subscribes to every robot's topics and drops what is not its own.
+  bool replica_own_subscriptions = true;
   std::size_t kube_writers = 4;  // kube-writers: threads writing to the API server
   // max-unapproved-robots: no Robot is created for a new robot while this
   // many wait for approval (Pending or Rejected); new-robots-per-second: at
