@@ -77,22 +77,24 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
     if (robot.empty()) return {};
     return {robot};
   });
-  tasks_->add_handler(kube::EventHandler{
-      [this](const kube::ObjectPtr& task) {
-        loop_.post([this, task] {
-          correct_slot_label(false, task);
-          reconcile_task(task);
-        });
-      },
-      [this](const kube::ObjectPtr&, const kube::ObjectPtr& task) {
-        loop_.post([this, task] {
-          correct_slot_label(false, task);
-          reconcile_task(task);
-        });
-      },
-      // Gone is gone: whether the last state was seen changes nothing here.
-      [this](const kube::ObjectPtr& task, bool) { loop_.post([this, task] { on_task_deleted(task); }); },
-      {}});
+  tasks_->add_handler(kube::EventHandler{[this](const kube::ObjectPtr& task) {
+                                           loop_.post([this, task] {
+                                             correct_slot_label(false, task);
+                                             reconcile_task(task);
+                                           });
+                                         },
+                                         [this](const kube::ObjectPtr&, const kube::ObjectPtr& task) {
+                                           loop_.post([this, task] {
+                                             correct_slot_label(false, task);
+                                             reconcile_task(task);
+                                           });
+                                         },
+                                         [this](const kube::ObjectPtr& task, bool final_state_unknown) {
+                                           loop_.post([this, task, final_state_unknown] {
+                                             on_task_deleted(task, final_state_unknown);
+                                           });
+                                         },
+                                         {}});
   // A robot that goes away releases the Tasks being deleted on it.
   robots_->add_handler(kube::EventHandler{
       [this](const kube::ObjectPtr& robot) {
@@ -112,10 +114,7 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
         });
       },
       [this](const kube::ObjectPtr& robot, bool) {
-        loop_.post([this, name = crd::read_robot(*robot).name] {
-          unfollow_deleted_later(name);
-          on_robot_changed(name, true);
-        });
+        loop_.post([this, name = crd::read_robot(*robot).name] { robot_left_cache(name); });
       },
       [connected = kube::field_changed("/status/connected"), phase = kube::field_changed("/status/phase"),
        prefetch = kube::field_changed("/status/prefetch"),

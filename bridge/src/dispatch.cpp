@@ -45,6 +45,7 @@ void Bridge::reconcile_task(const kube::ObjectPtr& task) {
   if (view.uid.empty()) return;
   // Another replica's robot. (A Task with no robot yet is nobody's to send.)
   if (!view.target_robot.empty() && !serves(view.target_robot)) return;
+  task_back_in_cache(view.uid);
   TaskMemory& memory = task_memory_[view.uid];
   const std::optional<crd::TaskState> state = memory.applied.state_or(view);
 
@@ -250,7 +251,7 @@ void Bridge::resend_dispatching(const std::string& robot_id) {
 
 bool Bridge::robot_gone(const std::string& robot_id) const {
   const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
-  if (!robot) return true;
+  if (!robot) return !robot_left_lately(robot_id);  // maybe relabelled: judged after a grace (left_cache.cpp)
   const crd::RobotView view = crd::read_robot(*robot);
   return view.connected == false || view.phase == crd::RobotPhase::offline || view.phase == crd::RobotPhase::rejected;
 }
@@ -364,22 +365,21 @@ void Bridge::on_robot_changed(const std::string& robot_id, bool deleted) {
   }
 }
 
-void Bridge::on_task_deleted(const kube::ObjectPtr& task) {
+void Bridge::on_task_deleted(const kube::ObjectPtr& task, bool final_state_unknown) {
   const crd::TaskView view = crd::read_task(*task);
   if (tasks_->get_by_uid(view.uid)) return;  // back in the cache: its slot was let go and taken again
+  const bool not_deleted = task_left_not_deleted(view, final_state_unknown);
   auto found = task_memory_.find(view.uid);
   if (found != task_memory_.end()) {
     TaskMemory& memory = found->second;
     const auto state = memory.applied.state_or(view);
     // Gone without our finalizer (removed by force, or never added): a task
     // still running on its robot is stopped there all the same. One that
-    // still carries it was not deleted (a deletion completes once no
-    // finalizer is left, and the watch then shows it without): it left a
-    // replica's cache, its slot label changed by hand (its new holder
-    // labels it back, correct_slot_label), and its robot keeps running it.
+    // still carries it left a replica's cache relabelled, not deleted
+    // (left_cache.cpp), and its robot keeps running it.
     const auto fence = fence_for(view.target_robot);
     if (memory.dispatched && !memory.delete_sends && !(state && crd::is_terminal(*state)) && mqtt_connected_ && fence &&
-        !view.has_bridge_finalizer) {
+        !not_deleted) {
       if (auto topic = topics::dispatch(view.target_robot))
         publish(topic.value(), dispatch_delete_payload(*task, fence->epoch));
     }

@@ -25,6 +25,9 @@ void Bridge::confirm_report(const TaskStatus& report, ReportResult result, const
 void Bridge::on_task_status(const TaskStatus& report) {
   const kube::ObjectPtr task = tasks_->get_by_uid(report.task_uid);
   if (!task) {
+    // Relabelled out of this cache, not deleted: left unanswered, so its
+    // agent sends it again once the Task is back (left_cache.cpp).
+    if (task_left_lately(report.task_uid)) return;
     const Refusal why{"UnknownTask", "no Task with uid " + report.task_uid + " in namespace " + namespace_};
     refuse("a task status", why, report.robot_id, report.task_uid);
     return confirm_report(report, ReportResult::refused, why);

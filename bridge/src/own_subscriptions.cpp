@@ -35,9 +35,6 @@ namespace {
 constexpr std::size_t kRobotsPerPacket = 1000;
 // Changes within this long go out together.
 constexpr std::chrono::milliseconds kGather{20};
-// A deleted Robot's robot is followed this long still: its next heartbeat is
-// told to register again.
-constexpr std::chrono::minutes kDeletedRobotGrace{2};
 // A robot online with no Robot this long is told to register again: a new
 // one has usually registered by then (one told anyway registers as it would).
 // Checked this often, at most this many remembered, and at most this many
@@ -63,13 +60,6 @@ void Bridge::follow_robot(const std::string& robot_id) {
     subscriptions_.unwant(robot_id);
   }
   subscribe_soon();
-}
-
-void Bridge::unfollow_deleted_later(const std::string& robot_id) {
-  if (!own_subscriptions()) return;
-  loop_.after(kDeletedRobotGrace, [this, robot_id] {
-    if (!stopping_) follow_robot(robot_id);
-  });
 }
 
 void Bridge::follow_served_slots(bool gained) {

@@ -40,30 +40,6 @@ std::optional<Bridge::Fence> Bridge::fence_for(const std::string& robot_id) cons
   return Fence{epoch};
 }
 
-void Bridge::correct_slot_label(bool robot, const kube::ObjectPtr& object) {
-  // A replica holds the Robots and Tasks its slots' labels select, and
-  // serves the robots its slots' hashes give it: an object whose label an
-  // operator or a tool changed (to another slot, or to what is no slot) is
-  // held by another replica, or by none. Whichever holds it labels it back;
-  // every writer writes the same label, so two agree. One held by none (a
-  // value no replica's selection takes) is labelled by the register its
-  // robot is told to send (a Robot), or stays unserved until the label is
-  // removed and the backfill labels it (a Task; docs/bridge.md#not-yet).
-  if (!coordinator_ || !object) return;
-  const std::string name = crd::string_at(*object, {"metadata", "name"});
-  const std::string robot_id = robot ? name : crd::read_task(*object).target_robot;
-  if (name.empty() || robot_id.empty()) return;  // a Task not placed yet: the scheduler labels it
-  const std::string wanted = std::to_string(slot_of(robot_id));
-  const std::string label = crd::string_at(*object, {"metadata", "labels", kSlotLabel.data()});
-  if (label == wanted) return;
-  spdlog::info("{} {}: slot label {} is not its robot's slot {}: labelling it back", robot ? "Robot" : "Task", name,
-               label.empty() ? "(none)" : label, wanted);
-  metrics_.add("k8s4r_bridge_slot_labels_corrected_total");
-  WriteRequest request;
-  request.main_patch = {{"metadata", {{"labels", {{std::string(kSlotLabel), wanted}}}}}};
-  writer_->write(robot ? robot_ref(name) : task_ref(name), std::move(request));
-}
-
 bool Bridge::select_caches(const ServedSlots& slots, bool wait) {
   const std::string selector = slot_selector(slots);
   const auto robots = robots_->select(selector), tasks = tasks_->select(selector);

@@ -19,8 +19,11 @@
 //                   slot table gives this replica are served: their
 //                   messages handled, their Tasks dispatched (with the
 //                   slot's epoch), the rest left to their owners;
-//   own_subscriptions  with replica-own-subscriptions, a replica follows
-//                   its own robots' heartbeats and reports only;
+//   own_subscriptions  a replica follows its own robots' heartbeats and
+//                   reports only (replica-own-subscriptions, the default);
+//   left_cache      a Robot or Task that leaves a replica's cache is deleted,
+//                   or relabelled by hand (then labelled back), not at once
+//                   taken for deleted;
 //   broker_identities  with --dynamic-security, each robot's Secret made its
 //                   broker login, confined to its own topics, and removed
 //                   (the robot disconnected) when the Secret goes, and
@@ -208,7 +211,7 @@ class Bridge {
   void confirm_report(const TaskStatus& report, ReportResult result, const Refusal& why = {});
   // dispatch.cpp
   void reconcile_task(const kube::ObjectPtr& task);
-  void on_task_deleted(const kube::ObjectPtr& task);
+  void on_task_deleted(const kube::ObjectPtr& task, bool final_state_unknown);
   void on_robot_changed(const std::string& robot_id, bool deleted);
   // Publishes (retained) what the Robot's status.prefetch lists, when it
   // differs from what was published to it last, or always (`again`: the
@@ -257,9 +260,6 @@ class Bridge {
   // The Robot and Task informers select these slots' objects; with `wait`,
   // returns once they are listed (false: not within the renew deadline).
   bool select_caches(const ServedSlots& slots, bool wait);
-  // A replica's Robot or Task whose slot label is not its robot's slot
-  // (changed by hand) is labelled back.
-  void correct_slot_label(bool robot, const kube::ObjectPtr& object);
   bool serve_in_loop(const ServedSlots& slots);
   // The coordinator's thread, after each poll: caches of slots let go are
   // narrowed once this bridge's writes to them are in.
@@ -276,10 +276,18 @@ class Bridge {
   void collect_metrics(daemon::Metrics& m) const;
   // own_subscriptions.cpp (a replica with replica-own-subscriptions)
   bool own_subscriptions() const;
+  // left_cache.cpp: a Robot or Task that leaves a replica's cache, deleted or
+  // relabelled by hand.
+  void correct_slot_label(bool robot, const kube::ObjectPtr& object);
+  void robot_left_cache(const std::string& robot_id);
+  bool robot_left_lately(const std::string& robot_id) const;
+  // True (and remembered) for a Task not deleted but relabelled.
+  bool task_left_not_deleted(const crd::TaskView& task, bool final_state_unknown);
+  bool task_left_lately(const std::string& uid) const;
+  void task_back_in_cache(const std::string& uid);
   // Follows the robot's topics if its slot is served here and its Robot
   // cached, and lets them go if not.
   void follow_robot(const std::string& robot_id);
-  void unfollow_deleted_later(const std::string& robot_id);
   // After the served slots changed: their cached robots followed, the rest
   // let go; with slots gained, every robot's retained presence asked for
   // again, to find the gained slots' robots heard by nobody.
@@ -356,6 +364,9 @@ class Bridge {
   daemon::Inbox inbox_{8192};
   std::map<std::string, RobotMemory> robot_memory_;
   std::map<std::string, TaskMemory> task_memory_;  // by uid
+  // left_cache.cpp: Robots (by name) and Tasks (by uid) that left a
+  // replica's cache lately, and when.
+  std::map<std::string, std::chrono::steady_clock::time_point> robots_left_, tasks_left_;
   // Robots without a Robot told to register again, and when (bounded: a
   // flood of made-up ids cannot grow it without limit).
   std::map<std::string, std::chrono::steady_clock::time_point> told_to_register_;
