@@ -102,6 +102,7 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
         // hold one from before that is no longer wanted).
         loop_.post([this, robot] {
           const std::string name = crd::read_robot(*robot).name;
+          robot_in_cache(name, crd::string_at(*robot, {"metadata", "uid"}));
           correct_slot_label(true, robot);
           follow_robot(name);
           send_prefetch(name, false);
@@ -114,7 +115,9 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
         });
       },
       [this](const kube::ObjectPtr& robot, bool) {
-        loop_.post([this, name = crd::read_robot(*robot).name] { robot_left_cache(name); });
+        loop_.post([this, name = crd::read_robot(*robot).name, uid = crd::string_at(*robot, {"metadata", "uid"})] {
+          robot_left_cache(name, uid);
+        });
       },
       [connected = kube::field_changed("/status/connected"), phase = kube::field_changed("/status/phase"),
        prefetch = kube::field_changed("/status/prefetch"),

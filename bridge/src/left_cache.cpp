@@ -53,18 +53,28 @@ void Bridge::correct_slot_label(bool robot, const kube::ObjectPtr& object) {
   writer_->write(robot ? robot_ref(name) : task_ref(name), std::move(request));
 }
 
-void Bridge::robot_left_cache(const std::string& robot_id) {
+void Bridge::robot_left_cache(const std::string& robot_id, const std::string& uid) {
   if (!coordinator_) return on_robot_changed(robot_id, true);
   if (served_[slot_of(robot_id)] == 0) return;  // its slot let go: no longer this replica's
-  robots_left_[robot_id] = loop_.clock().steady();
+  robots_left_[robot_id] = {loop_.clock().steady(), uid};
   loop_.after(kRobotLeftGrace, [this, robot_id] {
     auto left = robots_left_.find(robot_id);
-    // Left again since: that departure's timer judges it.
-    if (stopping_ || left == robots_left_.end() || loop_.clock().steady() - left->second < kRobotLeftGrace) return;
+    // Back, or left again since (that departure's timer judges it).
+    if (stopping_ || left == robots_left_.end() || loop_.clock().steady() - left->second.at < kRobotLeftGrace) return;
     robots_left_.erase(left);
-    follow_robot(robot_id);            // its topics let go, unless it is back
-    on_robot_changed(robot_id, true);  // nothing, if it is back
+    follow_robot(robot_id);            // its topics let go
+    on_robot_changed(robot_id, true);  // its memory and Tasks being deleted
   });
+}
+
+void Bridge::robot_in_cache(const std::string& robot_id, const std::string& uid) {
+  auto left = robots_left_.find(robot_id);
+  if (left == robots_left_.end()) return;
+  // Another Robot of the same name (deleted and made again within the
+  // grace): what was remembered of the one deleted goes, as at a deletion
+  // (a heartbeat taken as written, the artifacts list it was sent).
+  if (left->second.uid != uid) robot_memory_.erase(robot_id);
+  robots_left_.erase(left);
 }
 
 bool Bridge::robot_left_lately(const std::string& robot_id) const { return robots_left_.contains(robot_id); }

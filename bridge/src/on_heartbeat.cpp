@@ -132,6 +132,7 @@ void Bridge::confirm_recorded_ends(const Heartbeat& message) {
     if (!ended.seq) continue;
     const kube::ObjectPtr task = tasks_->get_by_uid(ended.task_uid);
     if (!task) {
+      if (task_left_lately(ended.task_uid)) continue;  // relabelled, not deleted: as on_task_status
       const Refusal why{"UnknownTask", "no Task with uid " + ended.task_uid + " in namespace " + namespace_};
       acks_->report(message.robot_id,
                     ReportAck{ended.task_uid, *ended.seq, ReportResult::refused, why.reason, why.message});

@@ -279,7 +279,8 @@ class Bridge {
   // left_cache.cpp: a Robot or Task that leaves a replica's cache, deleted or
   // relabelled by hand.
   void correct_slot_label(bool robot, const kube::ObjectPtr& object);
-  void robot_left_cache(const std::string& robot_id);
+  void robot_left_cache(const std::string& robot_id, const std::string& uid);
+  void robot_in_cache(const std::string& robot_id, const std::string& uid);
   bool robot_left_lately(const std::string& robot_id) const;
   // True (and remembered) for a Task not deleted but relabelled.
   bool task_left_not_deleted(const crd::TaskView& task, bool final_state_unknown);
@@ -366,7 +367,12 @@ class Bridge {
   std::map<std::string, TaskMemory> task_memory_;  // by uid
   // left_cache.cpp: Robots (by name) and Tasks (by uid) that left a
   // replica's cache lately, and when.
-  std::map<std::string, std::chrono::steady_clock::time_point> robots_left_, tasks_left_;
+  struct RobotLeft {
+    std::chrono::steady_clock::time_point at;
+    std::string uid;
+  };
+  std::map<std::string, RobotLeft> robots_left_;
+  std::map<std::string, std::chrono::steady_clock::time_point> tasks_left_;
   // Robots without a Robot told to register again, and when (bounded: a
   // flood of made-up ids cannot grow it without limit).
   std::map<std::string, std::chrono::steady_clock::time_point> told_to_register_;
