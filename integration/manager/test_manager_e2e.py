@@ -2,7 +2,10 @@
 manager deciding (robot approval and liveness, placement, rescheduling), judged with kubectl."""
 import hashlib
 import json
+import os
+import pathlib
 import shutil
+import subprocess
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -24,6 +27,9 @@ def test_a_job_of_two_groups_runs_every_task_on_a_matching_robot(sim, robots, ma
         group("left", 3, "echo left on $K8S4R_ROBOT_ID; sleep 1", [zone_is("lab-a")]),
         group("right", 2, "echo right; sleep 1", [zone_is("lab-b")]),
     ]))
+    # What a script waits on, as for a Kubernetes Job: it returns once the Job is complete.
+    waited = sim.kubectl("wait", "--for=condition=Complete", "rjob/two-groups", "--timeout=60s", timeout=70)
+    assert "condition met" in waited.stdout, waited.stdout
     finished = wait_job(sim, "two-groups", "completed", 60)
     status = finished["status"]
     assert (status["totalTasks"], status["succeededTasks"], status["failedTasks"]) == (5, 5, 0), status
@@ -136,7 +142,15 @@ def test_a_task_that_always_fails_fails_its_job_after_its_attempts(sim, robots, 
     apply(sim, job("doomed", [group("g", 1, "echo trying; exit 3",
                                     restartPolicy={"attempts": 0, "mode": "fail"},
                                     reschedulePolicy={"attempts": 2, "interval": "1h", "delay": "1s"})]))
+    waited = sim.kubectl("wait", "--for=condition=Failed", "rjob/doomed", "--timeout=60s", timeout=70)
+    assert "condition met" in waited.stdout, waited.stdout
     failed = wait_job(sim, "doomed", "failed", 60)
+    conditions = {c["type"]: c for c in failed["status"]["conditions"]}
+    assert (conditions["Failed"]["status"], conditions["Complete"]["status"], conditions["Progressing"]["status"]) == \
+        ("True", "False", "False"), conditions
+    assert failed["status"]["observedGeneration"] == failed["metadata"]["generation"]
+    group_conditions = {c["type"]: c["status"] for c in get(sim, "rtg", "doomed-g")["status"]["conditions"]}
+    assert group_conditions == {"Progressing": "False", "Complete": "False", "Failed": "True"}, group_conditions
     tasks = sorted(tasks_of_job(sim, "doomed"), key=lambda t: t["metadata"]["name"])
     assert [t["metadata"]["name"] for t in tasks] == ["doomed-g-r0-work", "doomed-g-r0-work-a1", "doomed-g-r0-work-a2"]
     assert all(t["status"]["state"] == "failed" and t["status"].get("exitCode") == 3 for t in tasks), \
@@ -438,6 +452,54 @@ def test_a_task_no_robot_fits_waits_pending_saying_why_and_runs_once_one_does(si
     finished = wait_job(sim, "patient", "completed", 60)
     assert finished["status"]["succeededTasks"] == 1
     assert tasks_of_job(sim, "patient")[0]["spec"]["targetRobot"] == "robot-z"
+
+
+TOOLS = pathlib.Path(__file__).resolve().parents[2] / "tools"
+
+
+def kubectl_k8s4r(sim, *args):
+    """`kubectl k8s4r ...` as an operator runs it: kubectl finds the plugin (tools/kubectl-k8s4r) on PATH."""
+    env = dict(os.environ, PATH=f"{TOOLS}:{os.environ['PATH']}", KUBECONFIG=str(sim.kubeconfig))
+    result = subprocess.run(["kubectl", "k8s4r", *args], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr + result.stdout
+    return result.stdout
+
+
+def test_a_cordoned_robot_gets_no_new_task_while_its_running_one_completes(sim, robots, manager_factory, tmp_path):
+    """kubectl k8s4r cordon: the robot's running task goes on to its end; a new Job's task waits, saying the only
+    robot is cordoned, and runs on a robot that joins; uncordoned, the robot takes work again. Judged by what each
+    task wrote."""
+    ran = tmp_path / "ran"
+    ran.mkdir(mode=0o777)
+    manager_factory().start()
+    robots("robot-a")
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+    apply(sim, job("before", [group("g", 1, recording(ran, 3))]))
+    wait_until(lambda: runs_in(ran), 30, "the first task to start")
+    assert kubectl_k8s4r(sim, "cordon", "robot-a").strip() == "robot.robot.k8s4r.io/robot-a cordoned"
+    header, row = sim.kubectl("get", "rb", "robot-a").stdout.splitlines()
+    assert row[header.index("CORDONED"):].split()[0] == "true", (header, row)  # kubectl aligns the columns
+
+    apply(sim, job("after", [group("g", 1, recording(ran, 0))]))
+
+    def waiting():
+        tasks = tasks_of_job(sim, "after")
+        return tasks and tasks[0].get("status", {}).get("message")
+    assert wait_until(waiting, 20, "the new task to wait") == \
+        "no robot fits: 1 robot: 1 is cordoned (spec.unschedulable)"
+    wait_job(sim, "before", "completed", 30)
+    assert tasks_of_job(sim, "after")[0]["status"]["state"] == "pending"
+    robots("robot-b")
+    wait_job(sim, "after", "completed", 60)
+    assert [(event, task, robot) for event, task, robot, _ in runs_in(ran)] == [
+        ("start", "after-g-r0-work", "robot-b"), ("end", "after-g-r0-work", "robot-b"),
+        ("start", "before-g-r0-work", "robot-a"), ("end", "before-g-r0-work", "robot-a")]
+
+    assert kubectl_k8s4r(sim, "uncordon", "robot-a").strip() == "robot.robot.k8s4r.io/robot-a uncordoned"
+    assert "unschedulable" not in get(sim, "robot", "robot-a")["spec"]
+    apply(sim, job("again", [group("g", 2, recording(ran, 0))]))
+    wait_job(sim, "again", "completed", 60)
+    assert sorted(t["spec"]["targetRobot"] for t in tasks_of_job(sim, "again")) == ["robot-a", "robot-b"]
 
 
 def standalone_task(name, robot, script):

@@ -4,6 +4,7 @@
 // up from theirs, with an Event when the Job completes or fails.
 #include "k8s4r/manager/manager.h"
 
+#include "k8s4r/common/rfc3339.h"
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/manager/status_rollup.h"
 
@@ -26,7 +27,8 @@ Manager::Outcome Manager::reconcile_job(const std::string& key) {
 
   auto wanted = task_groups_of(*job);
   if (!wanted) {
-    const json status = {{"state", "failed"}, {"statusDescription", "invalid: " + wanted.error().to_string()}};
+    json status = {{"state", "failed"}, {"statusDescription", "invalid: " + wanted.error().to_string()}};
+    add_conditions(status, *job, format_rfc3339(now()));
     if (status_differs(*job, status)) {
       auto written = counted("patch_status", client_.merge_patch(crd::kJobs, ns, name, {{"status", status}}, true));
       if (!written && !written.error().not_found()) outcome.failed = true;
@@ -71,7 +73,8 @@ Manager::Outcome Manager::reconcile_job(const std::string& key) {
     if (removed) spdlog::info("job {}: task group {} deleted: the Job no longer names it", key, group_name);
   }
 
-  const json status = job_status(*job, groups);
+  json status = job_status(*job, groups);
+  add_conditions(status, *job, format_rfc3339(now()));
   if (status_differs(*job, status)) {
     auto written = counted("patch_status", client_.merge_patch(crd::kJobs, ns, name, {{"status", status}}, true));
     if (!written) {

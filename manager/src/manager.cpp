@@ -164,8 +164,8 @@ void Manager::add_handlers() {
     const auto differs = [&](std::initializer_list<const char*> path) {
       return crd::value_at(before, path) != crd::value_at(*robot, path);
     };
-    const bool fit_changed =
-        !old_robot || differs({"status", "phase"}) || differs({"spec", "labels"}) || differs({"status", "deviceInfo"});
+    const bool fit_changed = !old_robot || differs({"status", "phase"}) || differs({"spec", "labels"}) ||
+                             differs({"spec", "unschedulable"}) || differs({"status", "deviceInfo"});
     const bool tasks_changed = fit_changed || differs({"status", "runningTasks"}) ||
                                differs({"status", "endedTasks"}) || differs({"status", "lastHeartbeatTime"}) ||
                                differs({"status", "reportSeq"}) || differs({"status", "newestDispatch"});

@@ -207,6 +207,7 @@ RobotFacts robot_facts(const json& robot) {
     facts.name = name.get<std::string>();
   if (const json& phase = crd::value_at(robot, {"status", "phase"}); phase.is_string())
     facts.phase = phase.get<std::string>();
+  facts.unschedulable = crd::value_at(robot, {"spec", "unschedulable"}) == true;
   if (const json& labels = crd::value_at(robot, {"spec", "labels"}); labels.is_object()) {
     for (const auto& [key, value] : labels.items()) {
       if (!value.is_string()) continue;
@@ -267,6 +268,10 @@ Placement place(const TaskNeeds& needs, const std::vector<RobotFacts>& robots) {
     if (robot.phase != "Online") {
       const std::string phase = robot.phase.empty() ? "without a phase yet" : robot.phase;
       refuse("phase " + phase, phase, phase);
+      continue;
+    }
+    if (robot.unschedulable) {
+      refuse("cordoned", "is cordoned (spec.unschedulable)", "are cordoned (spec.unschedulable)");
       continue;
     }
     if (needs.lost_after && robot.silent_for && *robot.silent_for >= *needs.lost_after) {

@@ -3,6 +3,7 @@
 #include "k8s4r/crd/resources.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 
 namespace k8s4r::manager {
@@ -114,6 +115,44 @@ json task_group_status(const json& task_group, const std::vector<json>& tasks) {
   for (const auto& [replica, robot] : robots) assigned.push_back({{"replicaIndex", replica}, {"robotName", robot}});
   status["assignedRobots"] = assigned;
   return status;
+}
+
+void add_conditions(json& status, const json& object, const std::string& now) {
+  const std::string state = crd::string_at(status, {"state"});
+  const std::string sentence_text = crd::string_at(status, {"statusDescription"});
+  const bool ended = state == "completed" || state == "failed";
+  const json& generation = crd::value_at(object, {"metadata", "generation"});
+  const std::int64_t observed = generation.is_number_integer() ? generation.get<std::int64_t>() : 0;
+  const json& previous = crd::value_at(object, {"status", "conditions"});
+  const auto condition = [&](const char* type, bool true_, const std::string& reason, const std::string& message) {
+    const std::string value = true_ ? "True" : "False";
+    std::string since = now;
+    if (previous.is_array()) {
+      for (const json& old : previous) {
+        if (crd::string_at(old, {"type"}) == type && crd::string_at(old, {"status"}) == value &&
+            !crd::string_at(old, {"lastTransitionTime"}).empty())
+          since = crd::string_at(old, {"lastTransitionTime"});
+      }
+    }
+    json made = {{"type", type},
+                 {"status", value},
+                 {"reason", reason},
+                 {"lastTransitionTime", since},
+                 {"observedGeneration", observed}};
+    if (!message.empty()) made["message"] = message;
+    return made;
+  };
+  std::string progressing = state.empty() ? "Pending" : state;
+  progressing[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(progressing[0])));
+  const bool invalid = sentence_text.rfind("invalid:", 0) == 0;
+  status["observedGeneration"] = observed;
+  status["conditions"] = json::array({
+      condition("Progressing", !ended, progressing, ended ? "" : sentence_text),
+      condition("Complete", state == "completed", state == "completed" ? "Completed" : "NotCompleted",
+                state == "completed" ? sentence_text : ""),
+      condition("Failed", state == "failed", state == "failed" ? (invalid ? "Invalid" : "Failed") : "NotFailed",
+                state == "failed" ? sentence_text : ""),
+  });
 }
 
 bool status_differs(const json& object, const json& status) {

@@ -4,6 +4,7 @@
 // group's status. See k8s4r/manager/plan_group.h for what is decided.
 #include "k8s4r/manager/manager.h"
 
+#include "k8s4r/common/rfc3339.h"
 #include "k8s4r/crd/resources.h"
 #include "k8s4r/manager/plan_group.h"
 #include "k8s4r/manager/status_rollup.h"
@@ -167,6 +168,7 @@ Manager::Outcome Manager::apply_group_plan(const std::string& key, const GroupVi
     for (const PlannedEvent& event : plan.events) record(event.object, event.type, event.reason, event.message);
   };
   if (plan.invalid_status) {
+    add_conditions(*plan.invalid_status, view.group, format_rfc3339(now()));
     if (status_differs(view.group, *plan.invalid_status)) {  // said once, not on every pass
       auto written = counted("patch_status",
                              client_.merge_patch(crd::kTaskGroups, ns, name, {{"status", *plan.invalid_status}}, true));
@@ -232,6 +234,7 @@ Manager::Outcome Manager::apply_group_plan(const std::string& key, const GroupVi
     else
       waiting_.erase(key);
   }
+  add_conditions(plan.status, view.group, format_rfc3339(now()));
   if (status_differs(view.group, plan.status)) {
     auto written =
         counted("patch_status", client_.merge_patch(crd::kTaskGroups, ns, name, {{"status", plan.status}}, true));

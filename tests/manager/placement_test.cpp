@@ -184,6 +184,22 @@ TEST(Place, SaysWhyNothingFits) {
   EXPECT_EQ(place(needs, {}).why, "no robots");
 }
 
+TEST(Place, ACordonedRobotTakesNothingNewAndSaysSo) {
+  std::vector<RobotFacts> robots = {robot("a"), robot("b")};
+  robots[1].tasks = 5;
+  robots[0].unschedulable = true;  // the least loaded, and cordoned
+  EXPECT_EQ(place({}, robots).robot, "b");
+  robots[1].unschedulable = true;
+  const Placement none = place({}, robots);
+  EXPECT_FALSE(none.robot);
+  EXPECT_EQ(none.why, "2 robots: 2 are cordoned (spec.unschedulable)");
+  EXPECT_EQ(place({}, {robots[0]}).why, "1 robot: 1 is cordoned (spec.unschedulable)");
+  // Read from the Robot: only a true value cordons it.
+  EXPECT_TRUE(robot_facts(json::parse(R"({"metadata":{"name":"a"},"spec":{"unschedulable":true}})")).unschedulable);
+  EXPECT_FALSE(robot_facts(json::parse(R"({"metadata":{"name":"a"},"spec":{"unschedulable":"yes"}})")).unschedulable);
+  EXPECT_FALSE(robot_facts(json::parse(R"({"metadata":{"name":"a"},"spec":{}})")).unschedulable);
+}
+
 TEST(Place, ARobotOfUnknownCapacityTakesAnyTask) {
   RobotFacts bare;
   bare.name = "bare";

@@ -118,5 +118,56 @@ TEST(JobStatus, AGroupThatMadeNoTaskSaysWhyOnTheJob) {
   EXPECT_EQ(job_status(job, {a, b})["statusDescription"], "task group a: no robot fits: 2 robots, none in zone lab-z");
 }
 
+TEST(Conditions, SayWhatTheStateSaysAndKeepTheirTimeWhileUnchanged) {
+  json job = {{"metadata", {{"generation", 3}}}};
+  json status = {{"state", "running"}, {"statusDescription", "1 running, 1 pending"}};
+  add_conditions(status, job, "2026-11-29T10:00:00Z");
+  EXPECT_EQ(status["observedGeneration"], 3);
+  ASSERT_EQ(status["conditions"].size(), 3u);
+  const auto find = [](const json& conditions, const std::string& type) {
+    for (const json& c : conditions)
+      if (c["type"] == type) return c;
+    return json();
+  };
+  const auto expected = [](const char* type, const char* reason, const char* message, const char* since) {
+    return json({{"type", type},
+                 {"status", "True"},
+                 {"reason", reason},
+                 {"message", message},
+                 {"lastTransitionTime", since},
+                 {"observedGeneration", 3}});
+  };
+  EXPECT_EQ(find(status["conditions"], "Progressing"),
+            expected("Progressing", "Running", "1 running, 1 pending", "2026-11-29T10:00:00Z"));
+  EXPECT_EQ(find(status["conditions"], "Complete")["status"], "False");
+  EXPECT_EQ(find(status["conditions"], "Failed")["status"], "False");
+
+  // Written, then rolled up again later with nothing changed: the same
+  // conditions, times included, so nothing is written.
+  job["status"] = status;
+  json again = {{"state", "running"}, {"statusDescription", "1 running, 1 pending"}};
+  add_conditions(again, job, "2026-11-29T10:05:00Z");
+  EXPECT_FALSE(status_differs(job, again));
+
+  // Completed: Complete turns True now, Progressing False now, Failed keeps
+  // its time (still False).
+  json done = {{"state", "completed"}, {"statusDescription", "2 succeeded"}};
+  add_conditions(done, job, "2026-11-29T10:09:00Z");
+  EXPECT_TRUE(status_differs(job, done));
+  EXPECT_EQ(find(done["conditions"], "Complete"),
+            expected("Complete", "Completed", "2 succeeded", "2026-11-29T10:09:00Z"));
+  EXPECT_EQ(find(done["conditions"], "Progressing")["status"], "False");
+  EXPECT_EQ(find(done["conditions"], "Progressing")["reason"], "Completed");
+  EXPECT_EQ(find(done["conditions"], "Progressing")["lastTransitionTime"], "2026-11-29T10:09:00Z");
+  EXPECT_EQ(find(done["conditions"], "Failed")["lastTransitionTime"], "2026-11-29T10:00:00Z");
+
+  // A spec that cannot run fails as Invalid, saying why.
+  json invalid = {{"state", "failed"}, {"statusDescription", "invalid: spec.taskGroups[0].count: must be >= 0"}};
+  add_conditions(invalid, json::object(), "2026-11-29T11:00:00Z");
+  EXPECT_EQ(find(invalid["conditions"], "Failed")["reason"], "Invalid");
+  EXPECT_EQ(find(invalid["conditions"], "Failed")["message"], "invalid: spec.taskGroups[0].count: must be >= 0");
+  EXPECT_EQ(invalid["observedGeneration"], 0);
+}
+
 }  // namespace
 }  // namespace k8s4r::manager

@@ -64,6 +64,7 @@ Result<std::vector<Constraint>> read_constraints(const nlohmann::json& constrain
 struct RobotFacts {
   std::string name;
   std::string phase;                                       // status.phase: "Online" fits
+  bool unschedulable = false;                              // spec.unschedulable: cordoned, nothing new fits
   std::map<std::string, std::string> labels;               // spec.labels
   std::map<std::string, std::string> attributes;           // the ${...} above, filled by robot_attributes
   std::optional<std::int64_t> cpu_milli, memory_bytes;     // capacity; unknown: no limit

@@ -38,6 +38,22 @@ nlohmann::json task_group_status(const nlohmann::json& task_group, const std::ve
 // The status of `job` given its TaskGroups (with their statuses).
 nlohmann::json job_status(const nlohmann::json& job, const std::vector<nlohmann::json>& task_groups);
 
+// Adds to `status` (a rollup of `object`, with its state and sentence) the
+// conditions `kubectl wait --for=condition=...` reads, as a Kubernetes Job
+// states them, and observedGeneration (metadata.generation):
+//   Progressing  True while pending, scheduled or running (reason the state
+//                capitalised: Pending, Scheduled, Running; message the
+//                sentence, which says why a group cannot progress); False
+//                once ended (Completed, Failed);
+//   Complete     True once completed;
+//   Failed       True once failed (reason Invalid for a spec that cannot
+//                run, else Failed; message the sentence).
+// Each carries observedGeneration and the time its status last changed:
+// kept from `object`'s condition of that type while its status is the
+// same, else `now` (RFC 3339), so a rollup that changes nothing else
+// writes nothing.
+void add_conditions(nlohmann::json& status, const nlohmann::json& object, const std::string& now);
+
 // Whether writing `status` (a status rollup) would change `object`: some
 // field of it is missing or different in object.status.
 bool status_differs(const nlohmann::json& object, const nlohmann::json& status);
