@@ -466,16 +466,17 @@ def kubectl_k8s4r(sim, *args):
 
 
 def test_a_cordoned_robot_gets_no_new_task_while_its_running_one_completes(sim, robots, manager_factory, tmp_path):
-    """kubectl k8s4r cordon: the robot's running task goes on to its end; a new Job's task waits, saying the only
-    robot is cordoned, and runs on a robot that joins; uncordoned, the robot takes work again. Judged by what each
-    task wrote."""
+    """kubectl k8s4r cordon: the robot's running tasks go on to their end, a system Job's among them (its replica
+    on the robot is kept, not deleted); a new Job's task waits, saying the only robot is cordoned, and runs on a
+    robot that joins; uncordoned, the robot takes work again. Judged by what each task wrote."""
     ran = tmp_path / "ran"
     ran.mkdir(mode=0o777)
     manager_factory().start()
     robots("robot-a")
     wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
     apply(sim, job("before", [group("g", 1, recording(ran, 3))]))
-    wait_until(lambda: runs_in(ran), 30, "the first task to start")
+    apply(sim, job("watch", [group("g", 1, recording(ran, 4))], job_type="system"))
+    wait_until(lambda: len(runs_in(ran)) == 2, 30, "the first tasks to start")
     assert kubectl_k8s4r(sim, "cordon", "robot-a").strip() == "robot.robot.k8s4r.io/robot-a cordoned"
     header, row = sim.kubectl("get", "rb", "robot-a").stdout.splitlines()
     assert row[header.index("CORDONED"):].split()[0] == "true", (header, row)  # kubectl aligns the columns
@@ -491,9 +492,13 @@ def test_a_cordoned_robot_gets_no_new_task_while_its_running_one_completes(sim, 
     assert tasks_of_job(sim, "after")[0]["status"]["state"] == "pending"
     robots("robot-b")
     wait_job(sim, "after", "completed", 60)
-    assert [(event, task, robot) for event, task, robot, _ in runs_in(ran)] == [
+    wait_until(lambda: ((get(sim, "rtask", "watch-g-robot-a-work") or {}).get("status") or {}).get("state") ==
+               "completed", 30, "the system Job's task on the cordoned robot to complete (kept, not deleted)")
+    runs = [(event, task, robot) for event, task, robot, _ in runs_in(ran)]
+    assert [run for run in runs if not run[1].startswith("watch-g-robot-b")] == [
         ("start", "after-g-r0-work", "robot-b"), ("end", "after-g-r0-work", "robot-b"),
-        ("start", "before-g-r0-work", "robot-a"), ("end", "before-g-r0-work", "robot-a")]
+        ("start", "before-g-r0-work", "robot-a"), ("end", "before-g-r0-work", "robot-a"),
+        ("start", "watch-g-robot-a-work", "robot-a"), ("end", "watch-g-robot-a-work", "robot-a")]
 
     assert kubectl_k8s4r(sim, "uncordon", "robot-a").strip() == "robot.robot.k8s4r.io/robot-a uncordoned"
     assert "unschedulable" not in get(sim, "robot", "robot-a")["spec"]

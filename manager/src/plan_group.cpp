@@ -166,7 +166,8 @@ GroupPlan plan_group(const GroupView& view) {
     TaskNeeds matching = needs.value();
     matching.cpu_milli = matching.memory_bytes = 0;
     for (RobotFacts facts : view.robot_facts) {
-      facts.phase = "Online";  // matching ignores phase: an Offline robot keeps its replica
+      facts.phase = "Online";       // matching ignores phase: an Offline robot keeps its replica,
+      facts.unschedulable = false;  // and cordoning: a cordoned one too (may_create makes none new there)
       if (!place(matching, {facts}).robot) continue;
       wanted.push_back(Replica::on_robot(facts.name));
     }

@@ -144,7 +144,8 @@ void add_conditions(json& status, const json& object, const std::string& now) {
   };
   std::string progressing = state.empty() ? "Pending" : state;
   progressing[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(progressing[0])));
-  const bool invalid = sentence_text.rfind("invalid:", 0) == 0;
+  // The Job's own spec, or a group's ("task group g: invalid: ...").
+  const bool invalid = sentence_text.find("invalid:") != std::string::npos;
   status["observedGeneration"] = observed;
   status["conditions"] = json::array({
       condition("Progressing", !ended, progressing, ended ? "" : sentence_text),

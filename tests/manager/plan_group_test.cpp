@@ -63,6 +63,7 @@ json robot_of(const std::string& name, const json& entry) {
                 {"spec", {{"labels", entry.value("labels", json::object())}}},
                 {"status", {{"phase", entry["phase"]}, {"runningTasks", entry.value("running", json::array())}}}};
   if (entry.contains("heartbeat")) robot["status"]["lastHeartbeatTime"] = entry["heartbeat"];
+  if (entry.contains("unschedulable")) robot["spec"]["unschedulable"] = entry["unschedulable"];
   if (entry.contains("ended")) robot["status"]["endedTasks"] = entry["ended"];
   if (entry.contains("endedTruncated")) robot["status"]["endedTasksTruncated"] = entry["endedTruncated"];
   if (entry.contains("reportSeq")) robot["status"]["reportSeq"] = entry["reportSeq"];

@@ -167,6 +167,9 @@ TEST(Conditions, SayWhatTheStateSaysAndKeepTheirTimeWhileUnchanged) {
   EXPECT_EQ(find(invalid["conditions"], "Failed")["reason"], "Invalid");
   EXPECT_EQ(find(invalid["conditions"], "Failed")["message"], "invalid: spec.taskGroups[0].count: must be >= 0");
   EXPECT_EQ(invalid["observedGeneration"], 0);
+  json group_invalid = {{"state", "failed"}, {"statusDescription", "task group g: invalid: constraint 0: ..."}};
+  add_conditions(group_invalid, json::object(), "2026-11-29T11:00:00Z");
+  EXPECT_EQ(find(group_invalid["conditions"], "Failed")["reason"], "Invalid");
 }
 
 }  // namespace

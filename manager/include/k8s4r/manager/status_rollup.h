@@ -43,11 +43,11 @@ nlohmann::json job_status(const nlohmann::json& job, const std::vector<nlohmann:
 // states them, and observedGeneration (metadata.generation):
 //   Progressing  True while pending, scheduled or running (reason the state
 //                capitalised: Pending, Scheduled, Running; message the
-//                sentence, which says why a group cannot progress); False
-//                once ended (Completed, Failed);
+//                sentence); False once ended (Completed, Failed);
 //   Complete     True once completed;
-//   Failed       True once failed (reason Invalid for a spec that cannot
-//                run, else Failed; message the sentence).
+//   Failed       True once failed (reason Invalid for a spec, the Job's or
+//                a group's, that cannot run, else Failed; message the
+//                sentence).
 // Each carries observedGeneration and the time its status last changed:
 // kept from `object`'s condition of that type while its status is the
 // same, else `now` (RFC 3339), so a rollup that changes nothing else
