@@ -117,6 +117,13 @@ json task_group_status(const json& task_group, const std::vector<json>& tasks) {
   return status;
 }
 
+void with_unplaced(json& status, int waiting, const std::string& why) {
+  const std::string state = crd::string_at(status, {"state"});
+  if (waiting <= 0 || state == "completed" || state == "failed") return;
+  status["statusDescription"] =
+      crd::string_at(status, {"statusDescription"}) + "; " + std::to_string(waiting) + " " + kWaitingToBePlaced + why;
+}
+
 void add_conditions(json& status, const json& object, const std::string& now) {
   const std::string state = crd::string_at(status, {"state"});
   const std::string sentence_text = crd::string_at(status, {"statusDescription"});
@@ -144,6 +151,7 @@ void add_conditions(json& status, const json& object, const std::string& now) {
   };
   std::string progressing = state.empty() ? "Pending" : state;
   progressing[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(progressing[0])));
+  if (!ended && sentence_text.find(kWaitingToBePlaced) != std::string::npos) progressing = "Unschedulable";
   // The Job's own spec, or a group's ("task group g: invalid: ...").
   const bool invalid = sentence_text.find("invalid:") != std::string::npos;
   status["observedGeneration"] = observed;
@@ -171,15 +179,20 @@ json job_status(const json& job, const std::vector<json>& task_groups) {
   int completed = 0, failed = 0, active = 0;
   // Why a group made no Task (invalid, nothing fits): said on the Job too,
   // not only on the group, so `kubectl get rjob` and the Job's Event tell.
-  std::vector<std::string> stuck;
+  std::vector<std::string> stuck, waiting;  // waiting: groups whose Tasks wait for a robot
   for (const json& group : task_groups) {
     names.push_back(crd::string_at(group, {"metadata", "name"}));
     const json& status = crd::value_at(group, {"status"});
     const std::string description = crd::string_at(status, {"statusDescription"});
-    if (integer(status, {"totalTasks"}, 0) == 0 && !description.empty() && description != sentence(Counts{})) {
-      const std::string group_name = crd::string_at(group, {"spec", "groupName"});
-      stuck.push_back("task group " + (group_name.empty() ? crd::string_at(group, {"metadata", "name"}) : group_name) +
-                      ": " + description);
+    const std::string group_name = crd::string_at(group, {"spec", "groupName"});
+    const std::string said =
+        "task group " + (group_name.empty() ? crd::string_at(group, {"metadata", "name"}) : group_name) + ": ";
+    if (const auto unplaced = description.find(kWaitingToBePlaced); unplaced != std::string::npos) {
+      // Its reason, not its counts (the Job's own sentence has those).
+      const auto from = description.rfind("; ", unplaced);
+      waiting.push_back(said + description.substr(from == std::string::npos ? 0 : from + 2));
+    } else if (integer(status, {"totalTasks"}, 0) == 0 && !description.empty() && description != sentence(Counts{})) {
+      stuck.push_back(said + description);
     }
     Counts each;
     each.total = static_cast<int>(integer(status, {"totalTasks"}, 0));
@@ -196,7 +209,6 @@ json job_status(const json& job, const std::vector<json>& task_groups) {
     completed += state == "completed";
     failed += state == "failed";
     active += state == "running" || state == "scheduled";
-    const std::string group_name = crd::string_at(group, {"spec", "groupName"});
     summary[group_name.empty() ? crd::string_at(group, {"metadata", "name"}) : group_name] = {
         {"queued", state == "scheduled" ? 0 : each.pending},
         {"starting", state == "scheduled" ? each.pending : 0},
@@ -225,6 +237,8 @@ json job_status(const json& job, const std::vector<json>& task_groups) {
     description.clear();
     for (const std::string& why : stuck) description += (description.empty() ? "" : "; ") + why;
   }
+  if (state != "completed" && state != "failed" && groups >= expected)
+    for (const std::string& why : waiting) description += "; " + why;
   status["statusDescription"] = description;
   status["taskGroups"] = names;
   status["taskGroupSummary"] = summary;

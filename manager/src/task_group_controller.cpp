@@ -197,7 +197,8 @@ Manager::Outcome Manager::apply_group_plan(const std::string& key, const GroupVi
   for (const std::string& reason : plan.reschedules)
     metrics_.add("k8s4r_manager_reschedules_total", {{"reason", reason}});
 
-  int unschedulable = 0;
+  int unschedulable = 0, waiting = 0;
+  std::string why_waiting;  // the first replica's reason, said on the group and its Job
   std::vector<std::pair<Unplaced, std::shared_ptr<const Placement>>> writes;
   std::optional<std::vector<RobotFacts>> robots_seen;
   if (!plan.placements.empty()) {
@@ -205,7 +206,11 @@ Manager::Outcome Manager::apply_group_plan(const std::string& key, const GroupVi
     for (ReplicaPlan& replica : plan.placements) {
       auto placement = std::make_shared<const Placement>(plan_replica(
           view.group, needs.value(), replica.only_robot, replica.sibling_robot, replica.tasks, robots_seen));
-      if (!placement->robot) ++unschedulable;
+      if (!placement->robot) {
+        ++unschedulable;
+        waiting += static_cast<int>(replica.tasks.size());
+        if (why_waiting.empty()) why_waiting = "no robot fits: " + placement->why;
+      }
       for (Unplaced& item : replica.tasks) writes.emplace_back(std::move(item), placement);
     }
   }
@@ -234,6 +239,7 @@ Manager::Outcome Manager::apply_group_plan(const std::string& key, const GroupVi
     else
       waiting_.erase(key);
   }
+  with_unplaced(plan.status, waiting, why_waiting);
   add_conditions(plan.status, view.group, format_rfc3339(now()));
   if (status_differs(view.group, plan.status)) {
     auto written =

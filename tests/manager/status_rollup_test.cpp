@@ -118,6 +118,38 @@ TEST(JobStatus, AGroupThatMadeNoTaskSaysWhyOnTheJob) {
   EXPECT_EQ(job_status(job, {a, b})["statusDescription"], "task group a: no robot fits: 2 robots, none in zone lab-z");
 }
 
+// A Job whose Tasks wait for a robot said "Pending" and "1 pending of 1
+// task"; why was on each Task only.
+TEST(JobStatus, AGroupWhoseTasksWaitForARobotSaysWhyOnItselfAndOnTheJob) {
+  TwoGroups groups(2, 1);
+  const json& job = groups.job;
+  json &a = groups.a, &b = groups.b;
+  a["status"] = task_group_status(a, {task(0, "t0", "running", "r1"), task(1, "t0", "pending")});
+  with_unplaced(a["status"], 1, "no robot fits: 1 robot: 1 is cordoned (spec.unschedulable)");
+  EXPECT_EQ(a["status"]["statusDescription"],
+            "1 running, 1 pending of 2 tasks; 1 waiting to be placed: no robot fits: 1 robot: 1 is cordoned "
+            "(spec.unschedulable)");
+  add_conditions(a["status"], a, "2026-11-29T10:00:00Z");
+  EXPECT_EQ(a["status"]["conditions"][0]["type"], "Progressing");
+  EXPECT_EQ(a["status"]["conditions"][0]["reason"], "Unschedulable");
+  b["status"] = task_group_status(b, {task(0, "t0", "completed", "r1"), task(1, "t0", "completed", "r1")});
+  json status = job_status(job, {a, b});
+  EXPECT_EQ(status["state"], "running");
+  EXPECT_EQ(status["statusDescription"],
+            "1 running, 1 pending, 2 succeeded of 4 tasks; task group a: 1 waiting to be placed: no robot fits: 1 "
+            "robot: 1 is cordoned (spec.unschedulable)");
+  add_conditions(status, job, "2026-11-29T10:00:00Z");
+  EXPECT_EQ(status["conditions"][0]["reason"], "Unschedulable");
+
+  // Nothing said of a group that has ended, nor of one with nothing waiting.
+  json ended = task_group_status(a, {task(0, "t0", "completed", "r1"), task(1, "t0", "failed", "r1")});
+  with_unplaced(ended, 1, "no robot fits: ...");
+  EXPECT_EQ(ended["statusDescription"], "1 succeeded, 1 failed of 2 tasks");
+  json none = task_group_status(a, {task(0, "t0", "running", "r1"), task(1, "t0", "running", "r2")});
+  with_unplaced(none, 0, "");
+  EXPECT_EQ(none["statusDescription"], "2 running of 2 tasks");
+}
+
 TEST(Conditions, SayWhatTheStateSaysAndKeepTheirTimeWhileUnchanged) {
   json job = {{"metadata", {{"generation", 3}}}};
   json status = {{"state", "running"}, {"statusDescription", "1 running, 1 pending"}};

@@ -16,7 +16,9 @@
 // completed; failed when every group ended and one failed; running while a
 // group runs or is scheduled; pending otherwise. A group that made no Task
 // says why (invalid, nothing fits) on the Job's statusDescription too, while
-// the Job has no Task or has failed. A Job's taskGroupSummary
+// the Job has no Task or has failed; so does a group whose Tasks wait for a
+// robot (with_unplaced: its sentence goes on with kWaitingToBePlaced and the
+// scheduler's reason), while the Job has not ended. A Job's taskGroupSummary
 // is Nomad's (queued, starting, running, complete, failed, lost) per group.
 //
 // Thread-safety: pure functions.
@@ -34,6 +36,12 @@ inline constexpr const char* kAttemptLabel = "robot.k8s4r.io/attempt";
 
 // The status of `task_group` given its Tasks (owned by it; any order).
 nlohmann::json task_group_status(const nlohmann::json& task_group, const std::vector<nlohmann::json>& tasks);
+
+// Said of a group whose Tasks no robot fits: `status` (not ended) gets
+// "; N waiting to be placed: <why>" on its sentence, and its Progressing
+// condition the reason Unschedulable.
+inline constexpr const char* kWaitingToBePlaced = "waiting to be placed: ";
+void with_unplaced(nlohmann::json& status, int waiting, const std::string& why);
 
 // The status of `job` given its TaskGroups (with their statuses).
 nlohmann::json job_status(const nlohmann::json& job, const std::vector<nlohmann::json>& task_groups);
