@@ -12,6 +12,12 @@
 // (at most once per resend interval), as is one listing a Task no longer in
 // the API at all.
 //
+// A Task asked to stop without being deleted (the DisruptionTarget
+// condition: its robot is drained) is never sent again; once dispatching or
+// running it is stopped on its robot (a delete, resent every interval until
+// the robot reports its end, or taken as stopped after a few to a Go K8s4r
+// robot, which never reports one). A pending one the manager ends.
+//
 // Deletion: a Task being deleted that carries the finalizer is stopped on
 // its robot (action delete, resent like a create) and released once its
 // robot reports it finished, when it never started, or when its robot is
@@ -59,6 +65,13 @@ void Bridge::reconcile_task(const kube::ObjectPtr& task) {
       return release(task, "its robot " + view.target_robot + " is gone");
     }
     return stop_on_robot(task);
+  }
+
+  // Asked to stop, not deleted (its robot drained: crd::stop_request): never
+  // sent (again); stopped on its robot until the robot reports its end,
+  // which the Task then records.
+  if (state && !crd::is_terminal(*state) && !view.target_robot.empty()) {
+    if (crd::stop_request(*task)) return stop_requested(task, state);
   }
 
   // The manager gave up on it (its robot went Offline, or never started
@@ -116,7 +129,8 @@ void Bridge::schedule_resend(const std::string& uid, const std::string& name, st
     // Still dispatching, by the cache and by what this bridge applied since:
     // the robot has not reported.
     const auto state = due.applied.state_or(view);
-    if (view.uid == uid && !view.deleting && state == crd::TaskState::dispatching) dispatch(fresh, true);
+    if (view.uid == uid && !view.deleting && state == crd::TaskState::dispatching && !crd::stop_request(*fresh))
+      dispatch(fresh, true);
   });
 }
 
@@ -221,7 +235,8 @@ void Bridge::resync_robot(const std::string& robot_id) {
     const crd::TaskView view = crd::read_task(*task);
     const auto memory = task_memory_.find(view.uid);
     const auto state = memory != task_memory_.end() ? memory->second.applied.state_or(view) : view.state;
-    if (view.deleting || state != crd::TaskState::running) continue;  // dispatching has its own resend
+    // Dispatching has its own resend; a Task asked to stop, its delete's.
+    if (view.deleting || state != crd::TaskState::running || crd::stop_request(*task)) continue;
     // The newest report of the robot's the bridge knows of: what it applied,
     // when the cache has not caught up with it yet.
     std::optional<std::int64_t> reported = view.status_seq;
@@ -243,7 +258,8 @@ void Bridge::resend_dispatching(const std::string& robot_id) {
     const crd::TaskView view = crd::read_task(*task);
     const auto memory = task_memory_.find(view.uid);
     const auto state = memory != task_memory_.end() ? memory->second.applied.state_or(view) : view.state;
-    if (view.deleting || state != crd::TaskState::dispatching || !view.dispatched_at) continue;
+    if (view.deleting || state != crd::TaskState::dispatching || !view.dispatched_at || crd::stop_request(*task))
+      continue;
     spdlog::info("robot {} heartbeats after registering: sending task {} ({}) again", robot_id, view.name, view.uid);
     dispatch(task, true);
   }
@@ -273,12 +289,59 @@ void Bridge::stop_on_robot(const kube::ObjectPtr& task) {
     waiting.delete_timer = 0;
     auto fresh = tasks_->get(namespace_, name);
     if (!fresh || crd::read_task(*fresh).uid != uid) return;
+    // A deleted Task is let go after a few sends. One only asked to stop
+    // (drained) keeps being stopped until its robot reports its end, unless
+    // its robot never reports one (Go K8s4r): then it is taken as stopped.
     if (waiting.delete_sends >= kDeleteSendsBeforeGivingUp) {
-      return release(fresh, "its robot did not confirm the stop after " + std::to_string(waiting.delete_sends) +
-                                " delete messages (Go K8s4r agents never do)");
+      const crd::TaskView current = crd::read_task(*fresh);
+      if (current.deleting) {
+        return release(fresh, "its robot did not confirm the stop after " + std::to_string(waiting.delete_sends) +
+                                  " delete messages (Go K8s4r agents never do)");
+      }
+      if (auto stop = crd::stop_request(*fresh); stop && !confirms_stops(current.target_robot))
+        return end_unconfirmed_stop(fresh, *stop, waiting.delete_sends);
     }
     reconcile_task(fresh);
   });
+}
+
+void Bridge::stop_requested(const kube::ObjectPtr& task, std::optional<crd::TaskState> state) {
+  const crd::TaskView view = crd::read_task(*task);
+  TaskMemory& memory = task_memory_[view.uid];
+  if (memory.resend_timer) {
+    loop_.cancel(memory.resend_timer);
+    memory.resend_timer = 0;
+  }
+  // Pending: never set dispatching, so never sent; the manager ends it.
+  if (!state || *state == crd::TaskState::pending) return;
+  // Dispatching or running: whether the robot has it, only the robot can
+  // say (a send this bridge forgot, a publish whose PUBACK was lost). The
+  // delete is answered either way: with the task's end, or `Cancelled,
+  // deleted before its dispatch arrived` for one it never got.
+  stop_on_robot(task);
+}
+
+bool Bridge::confirms_stops(const std::string& robot_id) const {
+  // Our agent always lists its running tasks ([] when idle); a Go K8s4r
+  // agent never does, and sends no final state for a stopped task either.
+  const kube::ObjectPtr robot = robots_->get(namespace_, robot_id);
+  return !robot || !crd::value_at(*robot, {"status", "runningTasks"}).is_null();
+}
+
+void Bridge::end_unconfirmed_stop(const kube::ObjectPtr& task, const crd::Condition& stop, int sends) {
+  const crd::TaskView view = crd::read_task(*task);
+  TaskMemory& memory = task_memory_[view.uid];
+  if (memory.applied.state && crd::is_terminal(*memory.applied.state)) return;
+  memory.applied.state = crd::TaskState::failed;
+  const std::string why = "asked to stop (" + stop.message + "); robot " + view.target_robot +
+                          " did not confirm the stop after " + std::to_string(sends) +
+                          " delete messages (Go K8s4r agents never do): taken as stopped";
+  spdlog::warn("task {} ({}): {}", view.name, view.uid, why);
+  WriteRequest request;
+  request.status_patch = {
+      {"status",
+       {{"state", "failed"}, {"reason", stop.reason}, {"message", why}, {"finishedAt", format_rfc3339(now())}}}};
+  writer_->write(task_ref(view.name), std::move(request));
 }
 
 void Bridge::release(const kube::ObjectPtr& task, const std::string& why) {

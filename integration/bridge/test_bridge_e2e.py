@@ -105,6 +105,40 @@ def test_a_task_runs_to_completion_and_describe_tells_the_story(sim, robot, brid
     assert bridge.metric("k8s4r_bridge_dispatches_total", action="create") == 1
 
 
+def ask_to_stop(sim, name):
+    """What the manager writes on a Task whose robot is drained (docs/operations.md#drain)."""
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "Drained",
+                 "message": "robot robot-1 is drained", "lastTransitionTime": "2026-11-22T01:30:00Z"}
+    sim.kubectl("patch", "rtask", name, "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"conditions": [condition]}}))
+
+
+def test_a_task_asked_to_stop_is_stopped_on_its_robot_or_never_sent(sim, robot, bridge, observer):
+    """The DisruptionTarget condition, without a deletion: a running task is stopped on its robot and its Task ends
+    as the robot reports it, and stays; one dispatching that the bridge never sent is not sent, and ends as the
+    robot answers the stop (the bridge cannot know a send it forgot never reached the robot: the robot can)."""
+    create_task(sim, "busy", "sleep 60")
+    dispatch(sim, "busy")
+    wait_state(sim, "busy", "running")
+    ask_to_stop(sim, "busy")
+    task = wait_state(sim, "busy", "failed")
+    assert task["status"]["reason"] == "Cancelled", task["status"]
+    wait_until(lambda: not processes_marked(robot.work_dir), 10, "the task's process to be gone")
+
+    queued = create_task(sim, "queued", "sleep 60")
+    ask_to_stop(sim, "queued")
+    dispatch(sim, "queued")  # as a manager whose cache had not shown the condition yet
+    task = wait_state(sim, "queued", "failed")
+    assert task["status"]["reason"] == "Cancelled", task["status"]
+    assert task["status"]["message"] == "deleted before its dispatch arrived on this robot; never started", \
+        task["status"]
+    uid = queued["metadata"]["uid"]
+    sent = [m for m in observer.json_on("k8s4r/robots/robot-1/tasks/dispatch")
+            if m["task"]["metadata"]["uid"] == uid and m["action"] == "create"]
+    assert not sent, sent
+    assert bridge.metric("k8s4r_bridge_dispatches_total", action="create") == 1  # busy's alone
+
+
 def test_a_timeout_ends_failed_with_reason_timeout(sim, robot):
     create_task(sim, "slow", "sleep 30", timeout="1s", killTimeout="1s")
     dispatch(sim, "slow")

@@ -1,5 +1,7 @@
 """Robots running the Go K8s4r v1alpha1 agent keep working through the bridge, habits and all (go_agent.py says
 which), judged with kubectl."""
+import json
+
 import pytest
 
 from bridge_support import BridgeProcess, create_task, digest, dispatch, get, sim, state_of, wait_state, wait_until  # noqa: F401
@@ -80,6 +82,25 @@ def test_deleting_a_go_agents_running_task_kills_it_though_the_agent_never_confi
     wait_until(lambda: get(sim, "rtask", "go-long") is None, 30, "the Task to go")
     assert bridge.metric("k8s4r_bridge_dispatches_total", action="delete") >= 1
     assert bridge.metric("k8s4r_bridge_dispatches_total", action="create") == 1
+    assert go_robot.starts(task["metadata"]["uid"]) == 1
+
+
+def test_a_go_agents_task_asked_to_stop_is_stopped_and_ends_though_the_agent_never_confirms(sim, bridge, go_robot):
+    """A drain (the DisruptionTarget condition) on a Go K8s4r robot: the bridge sends delete three times, then takes
+    the task as stopped and says so, so the drain finishes and the task is placed elsewhere."""
+    task = create_task(sim, "go-drained", "sleep 120", robot="go-robot")
+    dispatch(sim, "go-drained")
+    wait_state(sim, "go-drained", "running", timeout=20)
+    process = go_robot.process(task["metadata"]["uid"])
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "Drained",
+                 "message": "robot go-robot is drained", "lastTransitionTime": "2026-11-22T01:30:00Z"}
+    sim.kubectl("patch", "rtask", "go-drained", "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"conditions": [condition]}}))
+    wait_until(lambda: process.poll() is not None, 10, "the task's process to be killed")
+    ended = wait_state(sim, "go-drained", "failed", timeout=30)
+    assert ended["status"]["reason"] == "Drained", ended["status"]
+    assert "did not confirm the stop after 3 delete messages" in ended["status"]["message"], ended["status"]
+    assert bridge.metric("k8s4r_bridge_dispatches_total", action="delete") == 3
     assert go_robot.starts(task["metadata"]["uid"]) == 1
 
 

@@ -460,7 +460,7 @@ TOOLS = pathlib.Path(__file__).resolve().parents[2] / "tools"
 def kubectl_k8s4r(sim, *args):
     """`kubectl k8s4r ...` as an operator runs it: kubectl finds the plugin (tools/kubectl-k8s4r) on PATH."""
     env = dict(os.environ, PATH=f"{TOOLS}:{os.environ['PATH']}", KUBECONFIG=str(sim.kubeconfig))
-    result = subprocess.run(["kubectl", "k8s4r", *args], env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(["kubectl", "k8s4r", *args], env=env, capture_output=True, text=True, timeout=150)
     assert result.returncode == 0, result.stderr + result.stdout
     return result.stdout
 
@@ -488,6 +488,13 @@ def test_a_cordoned_robot_gets_no_new_task_while_its_running_one_completes(sim, 
         return tasks and tasks[0].get("status", {}).get("message")
     assert wait_until(waiting, 20, "the new task to wait") == \
         "no robot fits: 1 robot: 1 is cordoned (spec.unschedulable)"
+    # The Job says why too, in its Progressing condition (what `kubectl wait` and dashboards read).
+    def job_says():
+        conditions = ((get(sim, "rjob", "after") or {}).get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "Progressing" and c["reason"] == "Unschedulable"), None)
+    progressing = wait_until(job_says, 20, "the Job to say why its task waits")
+    assert progressing["message"].endswith(
+        "task group g: 1 waiting to be placed: no robot fits: 1 robot: 1 is cordoned (spec.unschedulable)"), progressing
     wait_job(sim, "before", "completed", 30)
     assert tasks_of_job(sim, "after")[0]["status"]["state"] == "pending"
     robots("robot-b")
@@ -505,6 +512,93 @@ def test_a_cordoned_robot_gets_no_new_task_while_its_running_one_completes(sim, 
     apply(sim, job("again", [group("g", 2, recording(ran, 0))]))
     wait_job(sim, "again", "completed", 60)
     assert sorted(t["spec"]["targetRobot"] for t in tasks_of_job(sim, "again")) == ["robot-a", "robot-b"]
+
+
+def stoppable(directory, on_a, elsewhere, linger=0):
+    """A task that records its start, its end and a SIGTERM (as "stop"), sleeping `on_a` seconds on robot-a and
+    `elsewhere` on any other robot, and `linger` seconds after a SIGTERM before it exits."""
+    log = f"{directory}/$K8S4R_TASK_NAME.log"
+    stamp = "$K8S4R_TASK_NAME $K8S4R_ROBOT_ID $(date +%s%N)"
+    return (f"echo start {stamp} >> {log}; trap 'echo stop {stamp} >> {log}; sleep {linger}; exit 143' TERM; "
+            f"if [ $K8S4R_ROBOT_ID = robot-a ]; then s={on_a}; else s={elsewhere}; fi; "
+            f"sleep $s & wait $!; echo end {stamp} >> {log}")
+
+
+def test_a_drained_robot_ends_with_no_task_and_its_work_elsewhere(sim, robots, manager_factory, tmp_path):
+    """kubectl k8s4r drain, judged by what each task wrote: a service's task is stopped at once and runs again on
+    the other robot only after it stopped; a batch task that ends before the deadline ends there; one still running
+    at the deadline is stopped then and runs elsewhere; a system job's task stops last. The plugin returns once the
+    robot is drained, and the Robot, its Events and the Tasks say what happened."""
+    ran = tmp_path / "ran"
+    ran.mkdir(mode=0o777)
+    manager_factory().start()
+    robots("robot-a")
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+    apply(sim, job("svc", [group("g", 1, stoppable(ran, 600, 600))], job_type="service"))
+    apply(sim, job("short", [group("g", 1, stoppable(ran, 4, 1))]))
+    apply(sim, job("long", [group("g", 1, stoppable(ran, 600, 1, linger=2))]))
+    apply(sim, job("sys", [group("g", 1, stoppable(ran, 600, 600))], job_type="system"))
+    wait_until(lambda: len(runs_in(ran)) == 4, 30, "the four tasks to start on robot-a")
+    robots("robot-b")
+    wait_until(lambda: robot_phase(sim, "robot-b") == "Online", 20, "robot-b to be Online")
+
+    drained_from = time.time_ns()
+    out = kubectl_k8s4r(sim, "drain", "robot-a", "--deadline=8s", "--timeout=90s")
+    lines = out.splitlines()
+    assert lines[0] == "robot.robot.k8s4r.io/robot-a cordoned" and lines[-1] == "robot.robot.k8s4r.io/robot-a drained", out
+    assert "left:" in lines[1], out  # it said what it waited for
+
+    robot = get(sim, "robot", "robot-a")
+    assert robot["status"]["drain"]["state"] == "Drained" and robot["status"]["drain"]["remaining"] == 0, robot
+    on_a = [t for t in items(sim, "rtask") if t["spec"].get("targetRobot") == "robot-a"]
+    assert all(t["status"]["state"] in ("completed", "failed") for t in on_a), [t["status"] for t in on_a]
+    header, row = sim.kubectl("get", "rb", "robot-a").stdout.splitlines()
+    assert row[header.index("DRAIN"):].split()[0] == "Drained", (header, row)
+    reasons = [e["reason"] for e in events_of(sim, "robot-a")]
+    assert "Draining" in reasons and "Drained" in reasons, reasons
+
+    runs = {}  # (task, robot) -> {event: time}
+    for event, task, robot_id, at in runs_in(ran):
+        assert event not in runs.setdefault((task, robot_id), {}), f"{task} on {robot_id}: {event} twice"
+        runs[(task, robot_id)][event] = int(at)
+    # The service: stopped at once (no deadline), and started on robot-b only after it stopped on robot-a.
+    svc_a = runs[("svc-g-r0-work", "robot-a")]
+    assert "stop" in svc_a and svc_a["stop"] - drained_from < 6e9, svc_a
+    wait_until(lambda: ("svc-g-r0-work-a1", "robot-b") in {(r[1], r[2]) for r in runs_in(ran)}, 30,
+               "the service to run on robot-b")
+    svc_b = [int(r[3]) for r in runs_in(ran) if r[:3] == ["start", "svc-g-r0-work-a1", "robot-b"]]
+    # Moved at once (a service's reschedulePolicy would wait 30s), and never two at a time.
+    assert 0 < svc_b[0] - svc_a["stop"] < 10e9, (svc_b, svc_a)
+    # The short batch task ended on robot-a, before the deadline, and was not run again.
+    assert set(runs[("short-g-r0-work", "robot-a")]) == {"start", "end"}
+    assert not [key for key in runs if key[0].startswith("short-") and key[1] != "robot-a"], runs
+    wait_job(sim, "short", "completed", 10)
+    # The long one was stopped at the deadline, then ran on robot-b.
+    long_a = runs[("long-g-r0-work", "robot-a")]
+    assert set(long_a) == {"start", "stop"} and long_a["stop"] - drained_from >= 7e9, long_a
+    wait_job(sim, "long", "completed", 30)
+    long_b = [(t["spec"]["targetRobot"], t["status"]["state"]) for t in tasks_of_job(sim, "long")]
+    assert sorted(long_b) == [("robot-a", "failed"), ("robot-b", "completed")], long_b
+    # The system job's task on robot-a stopped last: once the long one had exited, 2 s after its SIGTERM.
+    sys_a = runs[("sys-g-robot-a-work", "robot-a")]
+    assert set(sys_a) == {"start", "stop"} and sys_a["stop"] - long_a["stop"] >= 2e9, (sys_a, long_a)
+
+    # What kubectl says is what happened: a Task stopped on robot-a is failed, names why, and nothing else failed.
+    for task in items(sim, "rtask"):
+        name, robot_id = task["metadata"]["name"], task["spec"].get("targetRobot")
+        stopped = "stop" in runs.get((name, robot_id), {})
+        assert (task["status"]["state"] == "failed") == stopped, (name, task["status"])
+        condition = [c for c in task["status"].get("conditions", []) if c["type"] == "DisruptionTarget"]
+        assert bool(condition) == stopped, (name, condition)
+        if stopped:
+            assert condition[0]["reason"] == "Drained" and "robot-a" in condition[0]["message"], condition
+
+    # Uncordoned, the drain ends and the robot takes its system job's task again.
+    assert kubectl_k8s4r(sim, "uncordon", "robot-a").strip() == "robot.robot.k8s4r.io/robot-a uncordoned"
+    wait_until(lambda: "drain" not in (get(sim, "robot", "robot-a").get("status") or {}), 20,
+               "status.drain to be removed")
+    wait_until(lambda: ("sys-g-robot-a-work-a1", "robot-a") in {(r[1], r[2]) for r in runs_in(ran)}, 30,
+               "the system job's task to run on robot-a again")
 
 
 def standalone_task(name, robot, script):
@@ -542,6 +636,24 @@ def test_a_task_of_its_own_waits_for_its_robot_saying_so_and_runs_once_it_comes(
     wait_until(lambda: get(sim, "rtask", "early")["status"].get("state") == "completed", 40,
                "the task to run once its robot came")
     assert (ran / "pinned").read_text() == "once\n" and (ran / "early").read_text() == "once\n"
+
+
+def test_a_task_waiting_for_a_drained_robot_ends_without_being_sent(sim, manager_factory, tmp_path):
+    """A Task of its own pinned to a robot that is not Online waits; drained, the robot's waiting Task ends failed,
+    reason Drained, and never ran; the drain finishes (the manager ends what was never sent)."""
+    manager_factory().start()
+    apply(sim, {"apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Robot",
+                "metadata": {"name": "robot-z", "namespace": "default"}, "spec": {"robotId": "robot-z"}})
+    ran = tmp_path / "ran"
+    apply(sim, standalone_task("pinned-z", "robot-z", f"echo ran > {ran}"))
+    wait_until(lambda: "to be Online" in (get(sim, "rtask", "pinned-z").get("status") or {}).get("message", ""), 20,
+               "the task to wait for its robot")
+    out = kubectl_k8s4r(sim, "drain", "robot-z", "--timeout=60s")
+    assert out.splitlines()[-1] == "robot.robot.k8s4r.io/robot-z drained", out
+    status = get(sim, "rtask", "pinned-z")["status"]
+    assert status["state"] == "failed" and status["reason"] == "Drained", status
+    assert status["message"].startswith("stopped before it was sent to robot robot-z"), status
+    assert not ran.exists()
 
 
 def test_a_robot_deleted_while_its_agent_runs_is_told_and_registers_again(sim, robots, manager_factory):

@@ -59,6 +59,8 @@ Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& me
   metrics_.declare("k8s4r_manager_reschedules_total", Type::counter,
                    "Replacement Tasks created for a lost or failed Task, by why the first ended.");
   metrics_.declare("k8s4r_manager_lost_tasks_total", Type::counter, "Tasks marked lost, by reason.");
+  metrics_.declare("k8s4r_manager_drain_stops_total", Type::counter,
+                   "Tasks asked to stop because their robot is drained (the DisruptionTarget condition).");
   metrics_.declare("k8s4r_manager_kube_requests_total", Type::counter,
                    "Writes to the Kubernetes API by verb and HTTP code (0: no answer).");
   metrics_.declare("k8s4r_manager_kube_client_requests_total", Type::counter,
@@ -165,7 +167,8 @@ void Manager::add_handlers() {
       return crd::value_at(before, path) != crd::value_at(*robot, path);
     };
     const bool fit_changed = !old_robot || differs({"status", "phase"}) || differs({"spec", "labels"}) ||
-                             differs({"spec", "unschedulable"}) || differs({"status", "deviceInfo"});
+                             differs({"spec", "unschedulable"}) || differs({"spec", "drain"}) ||
+                             differs({"status", "deviceInfo"});
     const bool tasks_changed = fit_changed || differs({"status", "runningTasks"}) ||
                                differs({"status", "endedTasks"}) || differs({"status", "lastHeartbeatTime"}) ||
                                differs({"status", "reportSeq"}) || differs({"status", "newestDispatch"});
@@ -269,25 +272,38 @@ void Manager::add_handlers() {
         crd::read_task(old_task).state != crd::TaskState::completed)
       cache_controller_.queue->add(key_of(task));
   };
+  // A Task on a robot being drained: the drain looks again (what is left).
+  const auto drain_of = [this](const json& task) {
+    const std::string robot = crd::read_task(task).target_robot;
+    if (robot.empty()) return;
+    const std::string ns = crd::string_at(task, {"metadata", "namespace"});
+    const kube::ObjectPtr found = robots_->get(ns, robot);
+    if (found &&
+        (!crd::value_at(*found, {"spec", "drain"}).is_null() || !crd::value_at(*found, {"status", "drain"}).is_null()))
+      robot_controller_.queue->add(ns + "/" + robot);
+  };
   tasks_->add_handler(
-      kube::EventHandler{[this, seen](const kube::ObjectPtr& task) {
+      kube::EventHandler{[this, seen, drain_of](const kube::ObjectPtr& task) {
                            seen(*task, false);
                            load_.observe(*task);
                            enqueue_group_of_task(*task);
+                           drain_of(*task);
                          },
-                         [this, seen, store](const kube::ObjectPtr& old_task, const kube::ObjectPtr& task) {
+                         [this, seen, store, drain_of](const kube::ObjectPtr& old_task, const kube::ObjectPtr& task) {
                            seen(*task, false);
                            load_.observe(*task);
                            enqueue_group_of_task(*task);
+                           drain_of(*task);
                            store(*old_task, *task);
                            const auto before = crd::read_task(*old_task).state, after = crd::read_task(*task).state;
                            if (after && crd::is_terminal(*after) && !(before && crd::is_terminal(*before)))
                              enqueue_waiting_groups();
                          },
-                         [this, seen](const kube::ObjectPtr& task, bool) {
+                         [this, seen, drain_of](const kube::ObjectPtr& task, bool) {
                            seen(*task, true);
                            load_.forget(key_of(*task));
                            enqueue_group_of_task(*task);
+                           drain_of(*task);
                            enqueue_waiting_groups();
                          },
                          {}});

@@ -207,7 +207,9 @@ RobotFacts robot_facts(const json& robot) {
     facts.name = name.get<std::string>();
   if (const json& phase = crd::value_at(robot, {"status", "phase"}); phase.is_string())
     facts.phase = phase.get<std::string>();
-  facts.unschedulable = crd::value_at(robot, {"spec", "unschedulable"}) == true;
+  // A drain cordons too, whatever spec.unschedulable says (robot_drain.h).
+  facts.unschedulable =
+      crd::value_at(robot, {"spec", "unschedulable"}) == true || crd::value_at(robot, {"spec", "drain"}).is_object();
   if (const json& labels = crd::value_at(robot, {"spec", "labels"}); labels.is_object()) {
     for (const auto& [key, value] : labels.items()) {
       if (!value.is_string()) continue;

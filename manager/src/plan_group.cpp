@@ -242,8 +242,9 @@ GroupPlan plan_group(const GroupView& view) {
         }
         work.sibling_robot = robot;
         // Unless this manager has just set it dispatching and the cache is behind.
+        // Nor one asked to stop (its robot drained): the bridge ends it.
         if (!current.target_robot.empty() && (!current.state || *current.state == crd::TaskState::pending) &&
-            !view.expected_dispatches.count(key_of(newest))) {
+            !view.expected_dispatches.count(key_of(newest)) && !crd::stop_request(newest)) {
           plan.dispatches.push_back(newest);
         }
         continue;
@@ -254,12 +255,23 @@ GroupPlan plan_group(const GroupView& view) {
         plan.events.push_back({newest, "Warning", "NotRescheduled", *why});
         continue;
       }
+      // Stopped because its robot was drained (robot_drain.h): moved at once,
+      // and no attempt of the policy's (an operator's act, not a failure);
+      // unless the policy allows none. Nor is a move counted later.
+      const auto drained = crd::stop_request(newest);
       std::vector<Timestamp> earlier;
-      for (const json* attempt : slot->attempts) {
-        if (attempt_of(*attempt) == 0) continue;
+      for (std::size_t i = 0; i < slot->attempts.size(); ++i) {
+        const json* attempt = slot->attempts[i];
+        if (attempt_of(*attempt) == 0 || (i > 0 && crd::stop_request(*slot->attempts[i - 1]))) continue;
         if (auto created = crd::timestamp_at(*attempt, {"metadata", "creationTimestamp"})) earlier.push_back(*created);
       }
-      const RescheduleDecision decision = decide_reschedule(policy.value(), earlier, t);
+      RescheduleDecision decision = decide_reschedule(policy.value(), earlier, t);
+      if (drained) {
+        const bool none = !policy.value().unlimited && policy.value().attempts == 0;
+        decision = {!none, nanoseconds(0),
+                    none ? "not moved off its drained robot: its reschedulePolicy allows no reschedule (attempts 0)"
+                         : "moved off its drained robot (not counted against its reschedulePolicy)"};
+      }
       if (!decision.reschedule) {
         plan.events.push_back({newest, "Warning", "NotRescheduled", decision.why});
         continue;
@@ -285,7 +297,8 @@ GroupPlan plan_group(const GroupView& view) {
       if (already) continue;
       ++plan.awaiting;
       const std::string reason = crd::string_at(newest, {"status", "reason"});
-      plan.reschedules.push_back(reason == "Lost"                              ? "lost"
+      plan.reschedules.push_back(drained                                       ? "drained"
+                                 : reason == "Lost"                            ? "lost"
                                  : *current.state == crd::TaskState::completed ? "completed"
                                                                                : "failed");
       plan.events.push_back({newest, "Normal", "Rescheduled",

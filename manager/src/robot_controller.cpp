@@ -3,7 +3,8 @@
 // the Connected condition), written when it changes, with an Event; looked
 // at again when time alone would change the verdict. The groups with Tasks
 // on a robot that changed phase are enqueued by the Robot informer's
-// handler, so a robot going Offline reaches its Tasks.
+// handler, so a robot going Offline reaches its Tasks. A drained robot's
+// tasks are asked to stop (drain_controller.cpp).
 #include "k8s4r/manager/manager.h"
 
 #include "k8s4r/crd/resources.h"
@@ -33,6 +34,7 @@ Manager::Outcome Manager::reconcile_robot(const std::string& key) {
   if (!robot) return outcome;
   const RobotVerdict verdict = judge_robot(*robot, secret_digest(ns, name), robot_policy_, now());
   if (verdict.recheck_after) outcome.after(*verdict.recheck_after + std::chrono::milliseconds(100));
+  reconcile_drain(robot, outcome);  // drain_controller.cpp
   const json patch = robot_verdict_patch(*robot, verdict);
   if (patch.is_null()) return outcome;
   auto written = counted("patch_status", client_.merge_patch(crd::kRobots, ns, name, patch, true));

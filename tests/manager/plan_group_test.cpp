@@ -49,6 +49,10 @@ json task_of(const json& group, const json& entry) {
     for (const char* field : {"dispatchedAt", "finishedAt", "reason", "statusSeq"}) {
       if (entry.contains(field)) status[field] = entry[field];
     }
+    if (entry.value("drained", false)) {  // asked to stop: its robot drained (robot_drain.h)
+      status["conditions"] = json::array(
+          {{{"type", "DisruptionTarget"}, {"status", "True"}, {"reason", "Drained"}, {"message", "robot drained"}}});
+    }
     task["status"] = status;
     return task;
   }

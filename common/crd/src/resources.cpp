@@ -137,6 +137,12 @@ std::optional<Condition> find_condition(const json& object, std::string_view typ
   return std::nullopt;
 }
 
+std::optional<Condition> stop_request(const json& task) {
+  auto condition = find_condition(task, kDisruptionTarget);
+  if (!condition || condition->status != "True") return std::nullopt;
+  return condition;
+}
+
 json set_condition(const json& object, const Condition& condition, Timestamp now) {
   json conditions = json::array();
   bool found = false;

@@ -243,6 +243,13 @@ class Bridge {
   // is not to be answered then.
   bool stop_ended_tasks_listed(const std::string& robot_id, const std::vector<std::string>& running, bool answering);
   void stop_on_robot(const kube::ObjectPtr& task);
+  // A Task asked to stop (crd::stop_request) not yet ended: stopped on its
+  // robot once dispatching or running; a pending one is the manager's.
+  void stop_requested(const kube::ObjectPtr& task, std::optional<crd::TaskState> state);
+  // False for a robot that never reports a stopped task's end (Go K8s4r).
+  bool confirms_stops(const std::string& robot_id) const;
+  // A Task asked to stop whose robot never confirms: written failed, saying so.
+  void end_unconfirmed_stop(const kube::ObjectPtr& task, const crd::Condition& stop, int sends);
   bool robot_gone(const std::string& robot_id) const;
   void release(const kube::ObjectPtr& task, const std::string& why);
   // ownership.cpp: the robots this bridge serves (docs/bridge.md#replicas).

@@ -116,6 +116,8 @@ class Manager {
   // robot_controller.cpp
   Outcome reconcile_robot(const std::string& key);
   std::optional<std::string> secret_digest(const std::string& namespace_, const std::string& robot) const;
+  // drain_controller.cpp: spec.drain (robot_drain.h).
+  void reconcile_drain(const kube::ObjectPtr& robot, Outcome& outcome);
 
   // job_controller.cpp
   Outcome reconcile_job(const std::string& key);

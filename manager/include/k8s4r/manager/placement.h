@@ -63,11 +63,11 @@ Result<std::vector<Constraint>> read_constraints(const nlohmann::json& constrain
 // What the scheduler knows of one robot.
 struct RobotFacts {
   std::string name;
-  std::string phase;                                       // status.phase: "Online" fits
-  bool unschedulable = false;                              // spec.unschedulable: cordoned, nothing new fits
-  std::map<std::string, std::string> labels;               // spec.labels
-  std::map<std::string, std::string> attributes;           // the ${...} above, filled by robot_attributes
-  std::optional<std::int64_t> cpu_milli, memory_bytes;     // capacity; unknown: no limit
+  std::string phase;                                    // status.phase: "Online" fits
+  bool unschedulable = false;                           // spec.unschedulable or spec.drain: cordoned, nothing new fits
+  std::map<std::string, std::string> labels;            // spec.labels
+  std::map<std::string, std::string> attributes;        // the ${...} above, filled by robot_attributes
+  std::optional<std::int64_t> cpu_milli, memory_bytes;  // capacity; unknown: no limit
   std::int64_t cpu_milli_used = 0, memory_bytes_used = 0;  // by its tasks not yet ended
   int tasks = 0;                                           // tasks not yet ended
   int tasks_of_group = 0;                                  // of the group being placed

@@ -94,6 +94,14 @@ nlohmann::json set_condition(const nlohmann::json& object, const Condition& cond
 // The condition of `type` in status.conditions; none when absent or not an object.
 std::optional<Condition> find_condition(const nlohmann::json& object, std::string_view type);
 
+// A Task asked to stop without being deleted (its robot drained): the
+// manager sets the condition, as Kubernetes sets a Pod's before evicting it;
+// the bridge stops the task on its robot (or ends it, if never sent) and
+// sends it no more; the manager then replaces it elsewhere.
+inline constexpr std::string_view kDisruptionTarget = "DisruptionTarget";
+// The DisruptionTarget condition when its status is True; none otherwise.
+std::optional<Condition> stop_request(const nlohmann::json& task);
+
 // ---- Patches -------------------------------------------------------------------
 
 // RFC 7386 merge patches composed: applying the result equals applying

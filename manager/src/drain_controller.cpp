@@ -1,0 +1,92 @@
+// The Robot controller's drain step (robot_drain.h): the Robot's Tasks and
+// their Jobs' types from the caches, the plan, then its writes: each Task
+// to stop gets the DisruptionTarget condition (conditional on the version
+// judged, so a report that came in meanwhile is judged again) and an Event,
+// and one never sent is ended; then the Robot's status.drain and its Event. Looked at again at the
+// deadline, and whenever a Task on a draining robot changes (manager.cpp).
+#include "k8s4r/manager/manager.h"
+#include "k8s4r/manager/robot_drain.h"
+
+#include "k8s4r/crd/resources.h"
+
+#include <spdlog/spdlog.h>
+
+namespace k8s4r::manager {
+
+using nlohmann::json;
+
+void Manager::reconcile_drain(const kube::ObjectPtr& robot, Outcome& outcome) {
+  const json& spec = crd::value_at(*robot, {"spec", "drain"});
+  const json& status = crd::value_at(*robot, {"status", "drain"});
+  if (spec.is_null() && status.is_null()) return;  // never drained: the common case costs nothing
+  const std::string ns = crd::string_at(*robot, {"metadata", "namespace"});
+  const std::string name = crd::string_at(*robot, {"metadata", "name"});
+  DrainView view;
+  view.robot = *robot;
+  view.now = now();
+  const auto tasks = tasks_->by_index("robot", ns + "/" + name);
+  for (const auto& task : tasks) {
+    DrainTask entry{task.get(), ""};
+    if (!owner_group(*task).empty()) {
+      entry.job_type = "batch";
+      const std::string job = crd::string_at(*task, {"spec", "jobName"});
+      if (const kube::ObjectPtr found = jobs_->get(ns, job)) {
+        const std::string type = crd::string_at(*found, {"spec", "type"});
+        if (!type.empty()) entry.job_type = type;
+      }
+    }
+    view.tasks.push_back(entry);
+  }
+  DrainPlan plan = plan_drain(view);
+  if (plan.requeue_after) outcome.after(*plan.requeue_after);
+
+  for (const auto& [task, why] : plan.stops) {
+    const crd::TaskView t = crd::read_task(task);
+    json written_status = {
+        {"conditions",
+         crd::set_condition(task, {std::string(crd::kDisruptionTarget), "True", "Drained", why}, view.now)}};
+    // Never set dispatching, so never sent: ended here, as only this
+    // manager sets a Task dispatching (and that write is conditional too).
+    // One dispatching or running is the bridge's to stop on its robot.
+    const bool unsent = !t.state || *t.state == crd::TaskState::pending;
+    if (unsent) {
+      written_status["state"] = "failed";
+      written_status["reason"] = "Drained";
+      written_status["message"] = "stopped before it was sent to robot " + name + ": " + why;
+      written_status["finishedAt"] = format_rfc3339(view.now);
+    }
+    // Conditional on the version judged: a report, or a dispatch, that came
+    // in meanwhile is judged again from its event.
+    const json patch = {{"metadata", {{"resourceVersion", crd::string_at(task, {"metadata", "resourceVersion"})}}},
+                        {"status", std::move(written_status)}};
+    auto written = counted("patch_status", client_.merge_patch(crd::kTasks, t.namespace_, t.name, patch, true));
+    if (!written) {
+      if (written.error().not_found() || written.error().conflict()) continue;
+      spdlog::warn("task {}/{}: asking it to stop for the drain of robot {}: {}", t.namespace_, t.name, name,
+                   written.error().to_string());
+      outcome.failed = true;
+      continue;
+    }
+    spdlog::info("task {}/{}: {}: {}", t.namespace_, t.name, unsent ? "ended before it was sent" : "asked to stop",
+                 why);
+    metrics_.add("k8s4r_manager_drain_stops_total");
+    record(written.value(), "Normal", "Draining", why);
+  }
+  // Written even when a stop above must be tried again: its startedAt (the
+  // deadline's start) is kept from the first write on.
+  if (!plan.status) return;
+  const json patch = {{"status", {{"drain", *plan.status}}}};
+  auto written = counted("patch_status", client_.merge_patch(crd::kRobots, ns, name, patch, true));
+  if (!written) {
+    if (written.error().not_found()) return;
+    spdlog::warn("robot {}/{}: writing status.drain: {}", ns, name, written.error().to_string());
+    outcome.failed = true;
+    return;
+  }
+  if (!plan.status->is_null())
+    spdlog::info("robot {}/{}: drain {}: {}", ns, name, plan.status->value("state", ""),
+                 plan.status->value("message", ""));
+  for (const PlannedEvent& event : plan.events) record(written.value(), event.type, event.reason, event.message);
+}
+
+}  // namespace k8s4r::manager
