@@ -601,6 +601,122 @@ def test_a_drained_robot_ends_with_no_task_and_its_work_elsewhere(sim, robots, m
                "the system job's task to run on robot-a again")
 
 
+def intervals(directory):
+    """(task, robot, start ns, end ns) of each run that ended, from what the tasks wrote."""
+    started, out = {}, []
+    for event, task, robot_id, at in runs_in(directory):
+        if event == "start":
+            started[(task, robot_id)] = int(at)
+        elif event == "end":
+            out.append((task, robot_id, started[(task, robot_id)], int(at)))
+    return out
+
+
+def most_at_once(spans):
+    """The most spans (start, end) open at one time."""
+    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans], key=lambda e: (e[0], e[1]))
+    most = open_now = 0
+    for _, step in edges:
+        open_now += step
+        most = max(most, open_now)
+    return most
+
+
+def test_a_rollout_never_has_more_in_flight_than_it_allows_nor_more_per_site(sim, robots, manager_factory, tmp_path):
+    """A Job of 20 tasks rolled out at most 2 at a time and at most 1 per site, over two sites of two robots each:
+    judged by what each task wrote (when it started and ended, where), never more than 2 ran at once, never 2 in
+    one site, and all 20 ran once."""
+    ran = tmp_path / "ran"
+    ran.mkdir(mode=0o777)
+    manager_factory().start()
+    sites = {"robot-a": "north", "robot-b": "north", "robot-c": "south", "robot-d": "south"}
+    for name, site in sites.items():
+        robots(name, f"site={site}")
+    for name in sites:
+        wait_until(lambda: robot_phase(sim, name) == "Online", 20, f"{name} to be Online")
+    apply(sim, job("wave", [group("g", 20, recording(ran, 1))],
+                   rollout={"maxInFlight": 2, "perLabel": {"label": "site", "maxInFlight": 1}}))
+    wait_until(lambda: "rollout:" in ((get(sim, "rtg", "wave-g") or {}).get("status") or {}).get(
+        "statusDescription", ""), 30, "the group to say its rollout holds tasks back")
+    wait_job(sim, "wave", "completed", 180)
+    spans = intervals(ran)
+    assert sorted(task for task, _, _, _ in spans) == sorted(f"wave-g-r{i}-work" for i in range(20)), spans
+    assert most_at_once([(start, end) for _, _, start, end in spans]) == 2, spans  # the limit, reached
+    for site in ("north", "south"):
+        in_site = [(start, end) for _, robot_id, start, end in spans if sites[robot_id] == site]
+        assert in_site and most_at_once(in_site) == 1, (site, spans)
+
+
+def test_a_failing_rollout_aborts_at_its_threshold_and_the_rest_never_runs(sim, robots, manager_factory, tmp_path):
+    """Tasks that fail, rolled out one at a time, abort the rollout once 3 ran and at least half failed: exactly 3
+    ran (judged by what they wrote), the Job fails saying why (condition Failed, reason RolloutAborted), an Event
+    says so, and no other Task is ever made."""
+    ran = tmp_path / "ran"
+    ran.mkdir(mode=0o777)
+    manager_factory().start()
+    robots("robot-a")
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+    failing = f"echo ran $K8S4R_TASK_NAME >> {ran}/runs; exit 1"
+    apply(sim, job("risky", [group("g", 10, failing, reschedulePolicy={"attempts": 0})],
+                   rollout={"maxInFlight": 1,
+                            "abortCriteria": [{"failureType": "Any", "thresholdPercentage": 50, "minExecuted": 3}]}))
+    finished = wait_job(sim, "risky", "failed", 90)
+    assert (ran / "runs").read_text().splitlines() == [f"ran risky-g-r{i}-work" for i in range(3)]
+    failed = next(c for c in finished["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "RolloutAborted", failed
+    assert "rollout aborted: 3 of 3 executed failed, at least 50% of at least 3" in failed["message"], failed
+    assert len(tasks_of_job(sim, "risky")) == 3
+    reasons = [e["reason"] for e in events_of(sim, "risky-g")]
+    assert "RolloutAborted" in reasons, reasons
+    rollout = get(sim, "rtg", "risky-g")["status"]["rollout"]
+    assert rollout["state"] == "Aborted" and rollout["executed"] == 3, rollout
+
+
+def test_a_rollout_paused_starts_nothing_resumed_goes_on_and_aborted_cancels_what_waits(sim, robots, manager_factory,
+                                                                                      tmp_path):
+    """kubectl k8s4r rollout pause|resume|abort: paused, the task running ends and nothing starts after it;
+    resumed, the next starts; aborted, the Task made and not yet started is cancelled (it never runs), none is made
+    after it, and the Job fails saying it was aborted by hand."""
+    ran = tmp_path / "ran"
+    ran.mkdir(mode=0o777)
+    manager_factory().start()
+    robots("robot-a")
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+    gate = tmp_path / "gate"  # the second task waits for it, so it is still running when the rollout is aborted
+    script = (f"echo start $K8S4R_TASK_NAME >> {ran}/runs; "
+              f"case $K8S4R_TASK_NAME in *-r1-*) while [ ! -e {gate} ]; do sleep 0.1; done;; *) sleep 1;; esac; "
+              f"echo end $K8S4R_TASK_NAME >> {ran}/runs")
+    apply(sim, job("slow", [group("g", 6, script)], rollout={"maxInFlight": 1}))
+    wait_until(lambda: (ran / "runs").exists(), 30, "the first task to start")
+    assert kubectl_k8s4r(sim, "rollout", "pause", "slow").strip() == "job.robot.k8s4r.io/slow rollout paused"
+
+    def group_says():
+        return ((get(sim, "rtg", "slow-g") or {}).get("status") or {}).get("statusDescription", "")
+    wait_until(lambda: group_says() == "1 succeeded of 1 task; rollout paused: 5 waiting", 30,
+               "the paused group to have its first task done and the rest waiting")
+    assert len(tasks_of_job(sim, "slow")) == 1  # nothing made while paused
+    paused = next(c for c in get(sim, "rjob", "slow")["status"]["conditions"] if c["type"] == "Progressing")
+    assert paused["reason"] == "RolloutPaused", paused
+
+    assert kubectl_k8s4r(sim, "rollout", "resume", "slow").strip() == "job.robot.k8s4r.io/slow rollout resumed"
+    wait_until(lambda: "start slow-g-r1-work" in (ran / "runs").read_text(), 30, "the second task to start")
+    apply(sim, job("slow", [group("g", 6, script)], rollout={"maxInFlight": 2}))  # room for a third, made now
+    wait_until(lambda: len(tasks_of_job(sim, "slow")) == 3, 30, "a third Task to be made")
+    assert kubectl_k8s4r(sim, "rollout", "abort", "slow").strip() == "job.robot.k8s4r.io/slow rollout aborted"
+    gate.touch()
+    finished = wait_job(sim, "slow", "failed", 60)
+    runs = (ran / "runs").read_text().splitlines()
+    assert "end slow-g-r1-work" in runs  # the running one went on to its end
+    third = get(sim, "rtask", "slow-g-r2-work")
+    started_third = "start slow-g-r2-work" in runs
+    # The third was cancelled, or, had it started before the abort reached it, ran to its end: what its Task
+    # says is what happened either way.
+    assert (third["status"]["state"] == "completed") == started_third, (third["status"], runs)
+    assert len(tasks_of_job(sim, "slow")) == 3 and len(runs) <= 6, runs
+    failed = next(c for c in finished["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "RolloutAborted" and "aborted by hand" in failed["message"], failed
+
+
 def standalone_task(name, robot, script):
     return {"apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Task",
             "metadata": {"name": name, "namespace": "default"},

@@ -40,38 +40,7 @@ void Manager::reconcile_drain(const kube::ObjectPtr& robot, Outcome& outcome) {
   DrainPlan plan = plan_drain(view);
   if (plan.requeue_after) outcome.after(*plan.requeue_after);
 
-  for (const auto& [task, why] : plan.stops) {
-    const crd::TaskView t = crd::read_task(task);
-    json written_status = {
-        {"conditions",
-         crd::set_condition(task, {std::string(crd::kDisruptionTarget), "True", "Drained", why}, view.now)}};
-    // Never set dispatching, so never sent: ended here, as only this
-    // manager sets a Task dispatching (and that write is conditional too).
-    // One dispatching or running is the bridge's to stop on its robot.
-    const bool unsent = !t.state || *t.state == crd::TaskState::pending;
-    if (unsent) {
-      written_status["state"] = "failed";
-      written_status["reason"] = "Drained";
-      written_status["message"] = "stopped before it was sent to robot " + name + ": " + why;
-      written_status["finishedAt"] = format_rfc3339(view.now);
-    }
-    // Conditional on the version judged: a report, or a dispatch, that came
-    // in meanwhile is judged again from its event.
-    const json patch = {{"metadata", {{"resourceVersion", crd::string_at(task, {"metadata", "resourceVersion"})}}},
-                        {"status", std::move(written_status)}};
-    auto written = counted("patch_status", client_.merge_patch(crd::kTasks, t.namespace_, t.name, patch, true));
-    if (!written) {
-      if (written.error().not_found() || written.error().conflict()) continue;
-      spdlog::warn("task {}/{}: asking it to stop for the drain of robot {}: {}", t.namespace_, t.name, name,
-                   written.error().to_string());
-      outcome.failed = true;
-      continue;
-    }
-    spdlog::info("task {}/{}: {}: {}", t.namespace_, t.name, unsent ? "ended before it was sent" : "asked to stop",
-                 why);
-    metrics_.add("k8s4r_manager_drain_stops_total");
-    record(written.value(), "Normal", "Draining", why);
-  }
+  for (const auto& [task, why] : plan.stops) ask_to_stop(task, "Drained", why, outcome);  // stop_requests.cpp
   // Written even when a stop above must be tried again: its startedAt (the
   // deadline's start) is kept from the first write on.
   if (!plan.status) return;

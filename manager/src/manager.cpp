@@ -59,8 +59,9 @@ Manager::Manager(ManagerConfig config, kube::Client& client, daemon::Metrics& me
   metrics_.declare("k8s4r_manager_reschedules_total", Type::counter,
                    "Replacement Tasks created for a lost or failed Task, by why the first ended.");
   metrics_.declare("k8s4r_manager_lost_tasks_total", Type::counter, "Tasks marked lost, by reason.");
-  metrics_.declare("k8s4r_manager_drain_stops_total", Type::counter,
-                   "Tasks asked to stop because their robot is drained (the DisruptionTarget condition).");
+  metrics_.declare("k8s4r_manager_stop_requests_total", Type::counter,
+                   "Tasks asked to stop without being deleted (the DisruptionTarget condition), by reason: Drained "
+                   "(their robot is drained), RolloutAborted.");
   metrics_.declare("k8s4r_manager_kube_requests_total", Type::counter,
                    "Writes to the Kubernetes API by verb and HTTP code (0: no answer).");
   metrics_.declare("k8s4r_manager_kube_client_requests_total", Type::counter,

@@ -276,6 +276,12 @@ Placement place(const TaskNeeds& needs, const std::vector<RobotFacts>& robots) {
       refuse("cordoned", "is cordoned (spec.unschedulable)", "are cordoned (spec.unschedulable)");
       continue;
     }
+    if (robot.rollout_full) {
+      const std::string label = needs.rollout_label.empty() ? "label" : needs.rollout_label;
+      refuse("rollout", "has its " + label + " at the rollout's most in flight (perLabel)",
+             "have their " + label + " at the rollout's most in flight (perLabel)");
+      continue;
+    }
     if (needs.lost_after && robot.silent_for && *robot.silent_for >= *needs.lost_after) {
       refuse("silent", "has been out of contact longer than the tasks' lostAfter",
              "have been out of contact longer than the tasks' lostAfter");

@@ -82,6 +82,41 @@ Unplaced unplaced(std::string key, json task, bool exists, const std::string& jo
   return item;
 }
 
+// What the rollout adds to the group's status: `status.rollout`, and a
+// clause of the sentence; an aborted group with nothing in flight has failed.
+void rollout_status(GroupPlan& plan, const Rollout& rollout, const RolloutVerdict& verdict, int held) {
+  if (!rollout.limits()) return;
+  json& status = plan.status;
+  std::string clause;
+  std::string state = "Progressing";
+  if (verdict.aborted) {
+    state = "Aborted";
+    clause = kRolloutAborted + *verdict.aborted;
+    if (verdict.in_flight > 0) clause += " (" + std::to_string(verdict.in_flight) + " not ended yet)";
+    if (verdict.in_flight == 0) status["state"] = "failed";
+  } else if (rollout.paused) {
+    state = "Paused";
+    clause = "rollout paused: " + std::to_string(held) + " waiting";
+  } else if (held > 0) {
+    clause = "rollout: " + std::to_string(held) + " waiting";
+    std::vector<std::string> limits;
+    if (rollout.max_in_flight) limits.push_back("at most " + std::to_string(*rollout.max_in_flight) + " in flight");
+    if (verdict.per_minute) limits.push_back(std::to_string(*verdict.per_minute) + " a minute");
+    for (std::size_t i = 0; i < limits.size(); ++i) clause += (i ? ", " : " (") + limits[i];
+    if (!limits.empty()) clause += ")";
+  }
+  if (!clause.empty()) status["statusDescription"] = status["statusDescription"].get<std::string>() + "; " + clause;
+  status["rollout"] = {{"state", state},
+                       {"inFlight", verdict.in_flight},
+                       {"waiting", held},
+                       {"startedLastMinute", verdict.started_last_minute},
+                       {"executed", verdict.executed},
+                       {"succeeded", verdict.succeeded}};
+  if (verdict.per_minute) status["rollout"]["ratePerMinute"] = *verdict.per_minute;
+  if (verdict.aborted) status["rollout"]["message"] = *verdict.aborted;
+  if (held > 0 && verdict.recheck) requeue(plan, *verdict.recheck);
+}
+
 }  // namespace
 
 GroupPlan plan_group(const GroupView& view) {
@@ -113,7 +148,9 @@ GroupPlan plan_group(const GroupView& view) {
   if (policy && plan.system) policy.value().unlimited = true;
   auto needs = replica_needs(job, group);
   auto checked = check_task_group(group);  // not tasks_of: a pass must not build every Task of a big group
+  auto rollout = read_rollout(crd::value_at(group, {"spec", "rollout"}));
   std::optional<Error> invalid;
+  if (!rollout) invalid = rollout.error().within("spec.rollout");
   if (!policy) invalid = policy.error().within("spec.reschedulePolicy");
   if (!needs) invalid = needs.error();
   if (!checked) invalid = checked.error();
@@ -158,6 +195,25 @@ GroupPlan plan_group(const GroupView& view) {
 
   const Timestamp t = view.now;
   const auto by_replica = slots_by_replica(view.tasks);
+
+  // The rollout: how many Tasks may be made now (Tasks made that the cache
+  // does not show yet count as in flight), or none once it aborted.
+  int unseen = 0;
+  const std::string prefix = key_of(group) + "-";
+  for (const std::string& key : view.expected_creates) unseen += key.rfind(prefix, 0) == 0;
+  const RolloutVerdict verdict = judge_rollout(rollout.value(), view.tasks, t, unseen);
+  int budget = verdict.may_start, held = 0;
+  plan.per_label = rollout.value().per_label;
+  if (verdict.aborted) {
+    const std::string why = kRolloutAborted + *verdict.aborted;
+    for (const json& task : view.tasks) {
+      const crd::TaskView each = crd::read_task(task);
+      const bool started = each.state && (*each.state == crd::TaskState::running || crd::is_terminal(*each.state));
+      if (!started && !each.deleting && !crd::stop_request(task)) plan.stops.emplace_back(task, why);
+    }
+    if (crd::string_at(group, {"status", "statusDescription"}).find(kRolloutAborted) == std::string::npos)
+      plan.events.push_back({group, "Warning", "RolloutAborted", why});
+  }
 
   // The replicas wanted now.
   std::vector<Replica> wanted;
@@ -205,6 +261,10 @@ GroupPlan plan_group(const GroupView& view) {
       return nullptr;
     };
     const auto add_new = [&](json task) {
+      if (budget <= 0) {  // the rollout's: made when it allows
+        ++held;
+        return;
+      }
       if (!references.value().empty()) {
         if (!waiting_for.empty()) return;  // made when that group completes
         auto whole = with_outputs(std::move(task), view.producers);
@@ -213,6 +273,7 @@ GroupPlan plan_group(const GroupView& view) {
       }
       std::string key = key_of(task);
       if (view.expected_creates.count(key)) return;  // made already; the cache is behind
+      --budget;
       work.tasks.push_back(unplaced(std::move(key), std::move(task), false, type));
     };
     for (std::size_t index = 0; index < templates.value().size(); ++index) {
@@ -249,8 +310,10 @@ GroupPlan plan_group(const GroupView& view) {
         }
         continue;
       }
-      // Ended. A batch or system slot that completed is done.
+      // Ended. A batch or system slot that completed is done; after an
+      // aborted rollout, every slot is.
       if (*current.state == crd::TaskState::completed && type != "service") continue;
+      if (verdict.aborted) continue;
       if (auto why = fails_on_any_robot(newest)) {
         plan.events.push_back({newest, "Warning", "NotRescheduled", *why});
         continue;
@@ -258,11 +321,14 @@ GroupPlan plan_group(const GroupView& view) {
       // Stopped because its robot was drained (robot_drain.h): moved at once,
       // and no attempt of the policy's (an operator's act, not a failure);
       // unless the policy allows none. Nor is a move counted later.
-      const auto drained = crd::stop_request(newest);
+      const auto stop = crd::stop_request(newest);
+      const bool drained = stop && stop->reason == "Drained";
       std::vector<Timestamp> earlier;
       for (std::size_t i = 0; i < slot->attempts.size(); ++i) {
         const json* attempt = slot->attempts[i];
-        if (attempt_of(*attempt) == 0 || (i > 0 && crd::stop_request(*slot->attempts[i - 1]))) continue;
+        if (attempt_of(*attempt) == 0 || (i > 0 && crd::stop_request(*slot->attempts[i - 1]) &&
+                                          crd::stop_request(*slot->attempts[i - 1])->reason == "Drained"))
+          continue;
         if (auto created = crd::timestamp_at(*attempt, {"metadata", "creationTimestamp"})) earlier.push_back(*created);
       }
       RescheduleDecision decision = decide_reschedule(policy.value(), earlier, t);
@@ -321,6 +387,7 @@ GroupPlan plan_group(const GroupView& view) {
     plan.status["statusDescription"] = plan.status["statusDescription"].get<std::string>() + "; " +
                                        std::to_string(plan.awaiting) + " being rescheduled";
   }
+  rollout_status(plan, rollout.value(), verdict, held);
   return plan;
 }
 

@@ -72,6 +72,17 @@ Placement Manager::plan_replica(const json& task_group, const TaskNeeds& needs, 
     if (!robots_seen) robots_seen = robot_facts_for(ns, group_key);
     std::vector<RobotFacts>& robots = *robots_seen;
     for (RobotFacts& facts : robots) load_.fill(facts, ns + "/" + facts.name, group_key);
+    // A rollout's perLabel limit: the group's tasks not ended, by the value
+    // of the label on their robots (robots without it share one value).
+    if (!needs.rollout_label.empty()) {
+      const auto value_of = [&](const RobotFacts& facts) {
+        auto found = facts.labels.find(needs.rollout_label);
+        return found == facts.labels.end() ? std::string("\n") : found->second;  // "\n" is no label value
+      };
+      std::map<std::string, int> in_flight;
+      for (const RobotFacts& facts : robots) in_flight[value_of(facts)] += facts.tasks_of_group;
+      for (RobotFacts& facts : robots) facts.rollout_full = in_flight[value_of(facts)] >= needs.rollout_max;
+    }
     const std::string& preferred = only_robot.empty() ? sibling_robot : only_robot;
     if (!preferred.empty()) {
       std::vector<RobotFacts> one;

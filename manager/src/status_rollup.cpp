@@ -1,6 +1,7 @@
 #include "k8s4r/manager/status_rollup.h"
 
 #include "k8s4r/crd/resources.h"
+#include "k8s4r/manager/rollout.h"
 
 #include <algorithm>
 #include <cctype>
@@ -152,6 +153,9 @@ void add_conditions(json& status, const json& object, const std::string& now) {
   std::string progressing = state.empty() ? "Pending" : state;
   progressing[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(progressing[0])));
   if (!ended && sentence_text.find(kWaitingToBePlaced) != std::string::npos) progressing = "Unschedulable";
+  if (!ended && sentence_text.find("rollout paused: ") != std::string::npos) progressing = "RolloutPaused";
+  const bool aborted = sentence_text.find(kRolloutAborted) != std::string::npos;
+  if (!ended && aborted) progressing = "RolloutAborted";
   // The Job's own spec, or a group's ("task group g: invalid: ...").
   const bool invalid = sentence_text.find("invalid:") != std::string::npos;
   status["observedGeneration"] = observed;
@@ -159,7 +163,11 @@ void add_conditions(json& status, const json& object, const std::string& now) {
       condition("Progressing", !ended, progressing, ended ? "" : sentence_text),
       condition("Complete", state == "completed", state == "completed" ? "Completed" : "NotCompleted",
                 state == "completed" ? sentence_text : ""),
-      condition("Failed", state == "failed", state == "failed" ? (invalid ? "Invalid" : "Failed") : "NotFailed",
+      condition("Failed", state == "failed",
+                state == "failed" ? (invalid   ? "Invalid"
+                                     : aborted ? "RolloutAborted"
+                                               : "Failed")
+                                  : "NotFailed",
                 state == "failed" ? sentence_text : ""),
   });
 }
@@ -187,11 +195,20 @@ json job_status(const json& job, const std::vector<json>& task_groups) {
     const std::string group_name = crd::string_at(group, {"spec", "groupName"});
     const std::string said =
         "task group " + (group_name.empty() ? crd::string_at(group, {"metadata", "name"}) : group_name) + ": ";
-    if (const auto unplaced = description.find(kWaitingToBePlaced); unplaced != std::string::npos) {
-      // Its reason, not its counts (the Job's own sentence has those).
-      const auto from = description.rfind("; ", unplaced);
-      waiting.push_back(said + description.substr(from == std::string::npos ? 0 : from + 2));
-    } else if (integer(status, {"totalTasks"}, 0) == 0 && !description.empty() && description != sentence(Counts{})) {
+    // What holds it (Tasks waiting for a robot, its rollout): those clauses
+    // of its sentence, not its counts (the Job's own sentence has those).
+    bool held = false;
+    for (std::size_t from = 0; from < description.size();) {
+      std::size_t to = description.find("; ", from);
+      if (to == std::string::npos) to = description.size();
+      const std::string clause = description.substr(from, to - from);
+      if (from > 0 && (clause.find(kWaitingToBePlaced) != std::string::npos || clause.rfind("rollout", 0) == 0)) {
+        waiting.push_back(said + clause);
+        held = true;
+      }
+      from = to + 2;
+    }
+    if (!held && integer(status, {"totalTasks"}, 0) == 0 && !description.empty() && description != sentence(Counts{})) {
       stuck.push_back(said + description);
     }
     Counts each;
@@ -237,7 +254,7 @@ json job_status(const json& job, const std::vector<json>& task_groups) {
     description.clear();
     for (const std::string& why : stuck) description += (description.empty() ? "" : "; ") + why;
   }
-  if (state != "completed" && state != "failed" && groups >= expected)
+  if (state != "completed" && groups >= expected)
     for (const std::string& why : waiting) description += "; " + why;
   status["statusDescription"] = description;
   status["taskGroups"] = names;

@@ -201,8 +201,13 @@ Manager::Outcome Manager::apply_group_plan(const std::string& key, const GroupVi
   std::string why_waiting;  // the first replica's reason, said on the group and its Job
   std::vector<std::pair<Unplaced, std::shared_ptr<const Placement>>> writes;
   std::optional<std::vector<RobotFacts>> robots_seen;
+  for (const auto& [task, why] : plan.stops) ask_to_stop(task, "RolloutAborted", why, outcome);  // stop_requests.cpp
   if (!plan.placements.empty()) {
     auto needs = replica_needs(view.job, view.group);
+    if (plan.per_label) {
+      needs.value().rollout_label = plan.per_label->label;
+      needs.value().rollout_max = plan.per_label->max_in_flight;
+    }
     for (ReplicaPlan& replica : plan.placements) {
       auto placement = std::make_shared<const Placement>(plan_replica(
           view.group, needs.value(), replica.only_robot, replica.sibling_robot, replica.tasks, robots_seen));

@@ -83,14 +83,17 @@ Result<std::vector<json>> task_groups_of(const json& job) {
     if (!names.insert(name).second) return Error{where + ".name", "'" + group_name + "' names two task groups"};
     json spec = {{"jobName", job_name}, {"groupName", group_name}};
     for (const char* key : {"count", "initTasks", "tasks", "constraints", "restartPolicy", "reschedulePolicy",
-                            "disconnect", "ephemeralDisk", "meta"}) {
+                            "disconnect", "ephemeralDisk", "meta", "rollout"}) {
       if (group.is_object() && group.contains(key)) spec[key] = group[key];
     }
-    // The Job's disconnect settings are its groups' defaults, field by field.
-    if (const json& defaults = crd::value_at(job, {"spec", "disconnect"}); defaults.is_object()) {
+    // The Job's disconnect and rollout settings are its groups' defaults,
+    // field by field.
+    for (const char* key : {"disconnect", "rollout"}) {
+      const json& defaults = crd::value_at(job, {"spec", key});
+      if (!defaults.is_object()) continue;
       json merged = defaults;
-      if (spec.contains("disconnect") && spec["disconnect"].is_object()) merged.update(spec["disconnect"]);
-      spec["disconnect"] = std::move(merged);
+      if (spec.contains(key) && spec[key].is_object()) merged.update(spec[key]);
+      spec[key] = std::move(merged);
     }
     if (!spec.contains("count")) spec["count"] = 1;
     if (!spec.contains("tasks")) return Error{where + ".tasks", "is required"};

@@ -157,6 +157,9 @@ TEST_P(PlanGroup, SaysWhatTheFixtureExpects) {
   }
   EXPECT_EQ(names(plan.dispatches), expect.value("dispatches", json::array()).get<std::vector<std::string>>());
   EXPECT_EQ(names(plan.deletes), expect.value("deletes", json::array()).get<std::vector<std::string>>());
+  std::vector<std::string> stopped;
+  for (const auto& [task, why] : plan.stops) stopped.push_back(task["metadata"]["name"]);
+  EXPECT_EQ(stopped, expect.value("stops", json::array()).get<std::vector<std::string>>());
   if (expect.contains("events")) {
     json events = json::array();
     for (const PlannedEvent& event : plan.events)

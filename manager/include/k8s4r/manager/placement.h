@@ -71,7 +71,10 @@ struct RobotFacts {
   std::int64_t cpu_milli_used = 0, memory_bytes_used = 0;  // by its tasks not yet ended
   int tasks = 0;                                           // tasks not yet ended
   int tasks_of_group = 0;                                  // of the group being placed
-  std::set<std::string> artifacts;                         // checksums its store holds (status.artifacts.held)
+  // Its value of the rollout's perLabel label already has the rollout's
+  // most in flight (rollout.h): the caller's, as it counts the group's tasks.
+  bool rollout_full = false;
+  std::set<std::string> artifacts;  // checksums its store holds (status.artifacts.held)
   // How long since its last heartbeat (status.lastHeartbeatTime), as of the
   // decision; none without one. The caller's, as it knows the time.
   std::optional<std::chrono::nanoseconds> silent_for;
@@ -92,6 +95,8 @@ struct TaskNeeds {
   // that long is not chosen, as they would be lost there at once, and what
   // was sent to it could run when it comes back beside their replacements.
   std::optional<std::chrono::nanoseconds> lost_after;
+  std::string rollout_label;  // the rollout's perLabel label (none: no such limit) and its most in flight
+  int rollout_max = 0;
 };
 
 struct Placement {

@@ -17,7 +17,9 @@
 // declare what it uses.
 // Replicas: spec.count of them, numbered; for a system job one per robot
 // that matches (robotSelector and constraints), created while it is Online
-// and has room, deleted when it stops matching or is deleted. Then the
+// and has room, deleted when it stops matching or is deleted. A rollout
+// (rollout.h) bounds how many Tasks are made, first or replacement; once it
+// aborts, none is, and those not started are asked to stop. Then the
 // group's status, rolled up from its Tasks.
 //
 // Thread-safety: a pure function.
@@ -26,6 +28,7 @@
 #include "k8s4r/common/rfc3339.h"
 #include "k8s4r/manager/output_references.h"
 #include "k8s4r/manager/placement.h"
+#include "k8s4r/manager/rollout.h"
 #include "k8s4r/manager/task_liveness.h"
 
 #include <nlohmann/json.hpp>
@@ -104,6 +107,9 @@ struct GroupPlan {
   std::vector<std::pair<nlohmann::json, std::string>> lost;  // Tasks to mark lost, and why
   std::vector<ReplicaPlan> placements;
   std::vector<nlohmann::json> dispatches;  // placed Tasks still pending: to set dispatching
+  // Tasks not started to ask to stop (the rollout aborted, rollout.h), and why.
+  std::vector<std::pair<nlohmann::json, std::string>> stops;
+  std::optional<Rollout::PerLabel> per_label;  // the rollout's, for the scheduler
   std::vector<PlannedEvent> events;
   std::vector<std::string> reschedules;  // why each replaced Task ended: lost, failed or completed
   // Changes to GroupView::missing_since: a time to remember, or none to forget.
