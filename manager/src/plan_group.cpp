@@ -84,16 +84,22 @@ Unplaced unplaced(std::string key, json task, bool exists, const std::string& jo
 
 // What the rollout adds to the group's status: `status.rollout`, and a
 // clause of the sentence; an aborted group with nothing in flight has failed.
-void rollout_status(GroupPlan& plan, const Rollout& rollout, const RolloutVerdict& verdict, int held) {
-  if (!rollout.limits()) return;
+void rollout_status(GroupPlan& plan, const json& group, const Rollout& rollout, const RolloutVerdict& verdict,
+                    int held) {
   json& status = plan.status;
+  if (!rollout.limits()) {
+    // A rollout removed (resumed, with nothing else set): its status goes too.
+    if (!crd::value_at(group, {"status", "rollout"}).is_null()) status["rollout"] = nullptr;
+    return;
+  }
   std::string clause;
   std::string state = "Progressing";
   if (verdict.aborted) {
     state = "Aborted";
     clause = kRolloutAborted + *verdict.aborted;
     if (verdict.in_flight > 0) clause += " (" + std::to_string(verdict.in_flight) + " not ended yet)";
-    if (verdict.in_flight == 0) status["state"] = "failed";
+    // Nothing left in flight: it has failed, unless every task had succeeded.
+    if (verdict.in_flight == 0 && status["state"] != "completed") status["state"] = "failed";
   } else if (rollout.paused) {
     state = "Paused";
     clause = "rollout paused: " + std::to_string(held) + " waiting";
@@ -106,14 +112,16 @@ void rollout_status(GroupPlan& plan, const Rollout& rollout, const RolloutVerdic
     if (!limits.empty()) clause += ")";
   }
   if (!clause.empty()) status["statusDescription"] = status["statusDescription"].get<std::string>() + "; " + clause;
+  // Every key every time (none is null): a merge patch leaves nothing stale,
+  // and a status that stands is not written again.
   status["rollout"] = {{"state", state},
                        {"inFlight", verdict.in_flight},
                        {"waiting", held},
                        {"startedLastMinute", verdict.started_last_minute},
                        {"executed", verdict.executed},
-                       {"succeeded", verdict.succeeded}};
-  if (verdict.per_minute) status["rollout"]["ratePerMinute"] = *verdict.per_minute;
-  if (verdict.aborted) status["rollout"]["message"] = *verdict.aborted;
+                       {"succeeded", verdict.succeeded},
+                       {"ratePerMinute", verdict.per_minute.value_or(0)},
+                       {"message", verdict.aborted.value_or("")}};
   if (held > 0 && verdict.recheck) requeue(plan, *verdict.recheck);
 }
 
@@ -201,7 +209,16 @@ GroupPlan plan_group(const GroupView& view) {
   int unseen = 0;
   const std::string prefix = key_of(group) + "-";
   for (const std::string& key : view.expected_creates) unseen += key.rfind(prefix, 0) == 0;
-  const RolloutVerdict verdict = judge_rollout(rollout.value(), view.tasks, t, unseen);
+  const bool service_like = type == "service" || type == "system";
+  RolloutVerdict verdict = judge_rollout(rollout.value(), view.tasks, t, unseen, service_like);
+  // An abort stands until the rollout's spec changes (a new generation):
+  // tasks that succeed after it must not lift it and start the rest.
+  const json& before = crd::value_at(group, {"status"});
+  if (!verdict.aborted && crd::string_at(before, {"rollout", "state"}) == "Aborted" &&
+      crd::value_at(before, {"observedGeneration"}) == crd::value_at(group, {"metadata", "generation"})) {
+    verdict.aborted = crd::string_at(before, {"rollout", "message"});
+    verdict.may_start = 0;
+  }
   int budget = verdict.may_start, held = 0;
   plan.per_label = rollout.value().per_label;
   if (verdict.aborted) {
@@ -260,21 +277,23 @@ GroupPlan plan_group(const GroupView& view) {
         if (slot.task == task_name) return &slot;
       return nullptr;
     };
+    // Whether it is made now (or was, and the cache is behind).
     const auto add_new = [&](json task) {
-      if (budget <= 0) {  // the rollout's: made when it allows
-        ++held;
-        return;
-      }
       if (!references.value().empty()) {
-        if (!waiting_for.empty()) return;  // made when that group completes
+        if (!waiting_for.empty()) return false;  // made when that group completes
         auto whole = with_outputs(std::move(task), view.producers);
-        if (!whole) return;  // said above, when the group had no Task yet
+        if (!whole) return false;  // said above, when the group had no Task yet
         task = std::move(whole.value());
       }
       std::string key = key_of(task);
-      if (view.expected_creates.count(key)) return;  // made already; the cache is behind
+      if (view.expected_creates.count(key)) return true;  // made already; the cache is behind
+      if (budget <= 0) {                                  // the rollout's: made when it allows
+        ++held;
+        return false;
+      }
       --budget;
       work.tasks.push_back(unplaced(std::move(key), std::move(task), false, type));
+      return true;
     };
     for (std::size_t index = 0; index < templates.value().size(); ++index) {
       json& wanted_task = templates.value()[index];
@@ -292,6 +311,11 @@ GroupPlan plan_group(const GroupView& view) {
           plan.lost.emplace_back(newest, *why);
           continue;
         }
+        // Not started, and the rollout aborted (they are asked to stop) or
+        // paused: neither placed nor sent.
+        if ((verdict.aborted || rollout.value().paused) &&
+            (!current.state || *current.state == crd::TaskState::pending))
+          continue;
         std::string robot = current.target_robot;
         if (robot.empty()) {
           auto assumed = view.assumed_robots.find(key_of(newest));
@@ -363,13 +387,13 @@ GroupPlan plan_group(const GroupView& view) {
       if (already) continue;
       ++plan.awaiting;
       const std::string reason = crd::string_at(newest, {"status", "reason"});
+      const std::string next_name = crd::string_at(next, {"metadata", "name"});
+      if (!add_new(std::move(next))) continue;  // held by the rollout: said when it is made
       plan.reschedules.push_back(drained                                       ? "drained"
                                  : reason == "Lost"                            ? "lost"
                                  : *current.state == crd::TaskState::completed ? "completed"
                                                                                : "failed");
-      plan.events.push_back({newest, "Normal", "Rescheduled",
-                             "replaced by " + crd::string_at(next, {"metadata", "name"}) + ": " + decision.why});
-      add_new(std::move(next));
+      plan.events.push_back({newest, "Normal", "Rescheduled", "replaced by " + next_name + ": " + decision.why});
     }
     if (!work.tasks.empty()) plan.placements.push_back(std::move(work));
   }
@@ -387,7 +411,7 @@ GroupPlan plan_group(const GroupView& view) {
     plan.status["statusDescription"] = plan.status["statusDescription"].get<std::string>() + "; " +
                                        std::to_string(plan.awaiting) + " being rescheduled";
   }
-  rollout_status(plan, rollout.value(), verdict, held);
+  rollout_status(plan, group, rollout.value(), verdict, held);
   return plan;
 }
 

@@ -98,8 +98,8 @@ Result<Rollout> read_rollout(const json& rollout) {
   return out;
 }
 
-RolloutVerdict judge_rollout(const Rollout& rollout, const std::vector<json>& tasks, Timestamp now,
-                             int unseen_creates) {
+RolloutVerdict judge_rollout(const Rollout& rollout, const std::vector<json>& tasks, Timestamp now, int unseen_creates,
+                             bool runs_on) {
   RolloutVerdict verdict;
   verdict.in_flight = verdict.started_last_minute = unseen_creates;
   std::map<std::string, int> failures;  // by failure type
@@ -112,7 +112,9 @@ RolloutVerdict judge_rollout(const Rollout& rollout, const std::vector<json>& ta
       if (!oldest_in_window || *created < *oldest_in_window) oldest_in_window = created;
     }
     if (!view.state || !crd::is_terminal(*view.state)) {
-      ++verdict.in_flight;
+      // A service's (or system job's) running task never ends by itself: in
+      // flight is what has not started yet.
+      if (!(runs_on && view.state == crd::TaskState::running)) ++verdict.in_flight;
       continue;
     }
     // Stopped by an operator's act (a drain, this rollout's abort): neither

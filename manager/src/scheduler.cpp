@@ -81,7 +81,9 @@ Placement Manager::plan_replica(const json& task_group, const TaskNeeds& needs, 
       };
       std::map<std::string, int> in_flight;
       for (const RobotFacts& facts : robots) in_flight[value_of(facts)] += facts.tasks_of_group;
-      for (RobotFacts& facts : robots) facts.rollout_full = in_flight[value_of(facts)] >= needs.rollout_max;
+      // The replica's tasks go together: all of them must fit under it.
+      const int adding = static_cast<int>(tasks.size());
+      for (RobotFacts& facts : robots) facts.rollout_full = in_flight[value_of(facts)] + adding > needs.rollout_max;
     }
     const std::string& preferred = only_robot.empty() ? sibling_robot : only_robot;
     if (!preferred.empty()) {
@@ -89,7 +91,10 @@ Placement Manager::plan_replica(const json& task_group, const TaskNeeds& needs, 
       for (const RobotFacts& facts : robots)
         if (facts.name == preferred) one.push_back(facts);
       placement = place(replica, one);
-      if (!placement.robot && only_robot.empty()) placement = place(replica, robots);  // its sibling's robot is full
+      // Its sibling's robot is full: elsewhere, unless what holds it is the
+      // rollout's per-label limit (the replica waits rather than split).
+      const bool held_by_rollout = one.size() == 1 && one.front().rollout_full;
+      if (!placement.robot && only_robot.empty() && !held_by_rollout) placement = place(replica, robots);
     } else {
       placement = place(replica, robots);
     }

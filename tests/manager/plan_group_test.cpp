@@ -87,6 +87,8 @@ TEST_P(PlanGroup, SaysWhatTheFixtureExpects) {
   ASSERT_TRUE(groups) << groups.error().to_string();
   view.group = groups.value().at(0);
   view.group["metadata"]["uid"] = "group-uid";
+  view.group["metadata"]["generation"] = fixture.value("groupGeneration", 1);
+  if (fixture.contains("groupStatus")) view.group["status"] = fixture["groupStatus"];
   view.now = time_of(fixture.value("now", json("2026-11-22T01:30:00Z")));
   view.dispatch_timeout = parse_go_duration(fixture.value("dispatchTimeout", "60s")).value();
   view.disconnect_grace = parse_go_duration(fixture.value("disconnectGrace", "30s")).value();
@@ -157,6 +159,13 @@ TEST_P(PlanGroup, SaysWhatTheFixtureExpects) {
   }
   EXPECT_EQ(names(plan.dispatches), expect.value("dispatches", json::array()).get<std::vector<std::string>>());
   EXPECT_EQ(names(plan.deletes), expect.value("deletes", json::array()).get<std::vector<std::string>>());
+  if (expect.contains("placed")) {  // Tasks already made, placed by this plan
+    std::vector<std::string> placed;
+    for (const ReplicaPlan& replica : plan.placements)
+      for (const Unplaced& item : replica.tasks)
+        if (item.exists) placed.push_back(item.task["metadata"]["name"]);
+    EXPECT_EQ(placed, expect["placed"].get<std::vector<std::string>>());
+  }
   std::vector<std::string> stopped;
   for (const auto& [task, why] : plan.stops) stopped.push_back(task["metadata"]["name"]);
   EXPECT_EQ(stopped, expect.value("stops", json::array()).get<std::vector<std::string>>());

@@ -52,6 +52,15 @@ TEST(JudgeRollout, AtMostMaxInFlightMadeAndNotEnded) {
   EXPECT_EQ(judge_rollout(rollout, {task("failed"), task("completed")}, kNow).may_start, 2);
 }
 
+// A service's tasks run on: its rollout starts them a few at a time, and
+// does not stop at maxInFlight replicas for ever.
+TEST(JudgeRollout, ForAServiceInFlightIsWhatHasNotStartedYet) {
+  const Rollout rollout = read({{"maxInFlight", 2}});
+  EXPECT_EQ(judge_rollout(rollout, {task("running"), task("running")}, kNow, 0, true).may_start, 2);
+  EXPECT_EQ(judge_rollout(rollout, {task("running"), task("dispatching")}, kNow, 0, true).may_start, 1);
+  EXPECT_EQ(judge_rollout(rollout, {task("running"), task("running")}, kNow).may_start, 0);  // a batch job's
+}
+
 TEST(JudgeRollout, AtMostMaxPerMinuteAndLooksAgainWhenTheMinuteHasPassed) {
   const Rollout rollout = read({{"maxPerMinute", 2}});
   const RolloutVerdict full = judge_rollout(

@@ -5,7 +5,8 @@
 //
 //   maxInFlight        at most N of the group's tasks started and not ended
 //                      (a Task made counts from its creation: pending,
-//                      dispatching, running)
+//                      dispatching, running; for a service or system job,
+//                      whose tasks run on, only those not yet running)
 //   maxPerMinute       at most M started in any minute (Tasks made, by their
 //                      creationTimestamp; replacements count)
 //   exponentialRate    {baseRatePerMinute, incrementFactor,
@@ -15,7 +16,8 @@
 //                      maxPerMinute (AWS IoT Jobs' exponentialRate)
 //   perLabel           {label, maxInFlight}: at most K in flight on robots
 //                      sharing one value of a robot label (a site); robots
-//                      without it share one value
+//                      without it share one value; a replica of several
+//                      tasks is placed whole or waits
 //   abortCriteria[]    {failureType: Failed | Lost | Timeout | Any,
 //                      thresholdPercentage, minExecuted}: once at least
 //                      minExecuted of its Tasks ended and that percentage of
@@ -26,7 +28,11 @@
 // Aborted: no task starts again, the Tasks made and not started (pending,
 // dispatching) are asked to stop (the DisruptionTarget condition, reason
 // RolloutAborted, as a drain does), those running go on; the group fails
-// once none is left, saying why.
+// once none is left, saying why (unless every task had succeeded). An abort
+// by the criteria stands until the rollout's spec changes, whatever ends
+// after it. The criteria count Tasks, every attempt: a slot rescheduled
+// after failing counts each failure.
+// Paused or aborted, Tasks made and not yet placed or sent are neither.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -86,7 +92,11 @@ struct RolloutVerdict {
 // The verdict on a group's Tasks (every attempt) at `now`; `unseen_creates`:
 // Tasks made that the cache does not show yet (counted in flight and as
 // started now).
+// `runs_on`: a service's or system job's, whose running tasks never end by
+// themselves: maxInFlight counts only the tasks not yet running (a rolling
+// start), not the running ones. (perLabel counts every task not ended: for
+// a service, at most K replicas per value.)
 RolloutVerdict judge_rollout(const Rollout& rollout, const std::vector<nlohmann::json>& tasks, Timestamp now,
-                             int unseen_creates = 0);
+                             int unseen_creates = 0, bool runs_on = false);
 
 }  // namespace k8s4r::manager
