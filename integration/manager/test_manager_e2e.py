@@ -507,8 +507,13 @@ def test_a_cordoned_robot_gets_no_new_task_while_its_running_one_completes(sim, 
         ("start", "before-g-r0-work", "robot-a"), ("end", "before-g-r0-work", "robot-a"),
         ("start", "watch-g-robot-a-work", "robot-a"), ("end", "watch-g-robot-a-work", "robot-a")]
 
+    assert get(sim, "robot", "robot-a")["status"]["cordonedAt"]  # since when, with an Event
+    assert [e["reason"] for e in events_of(sim, "robot-a") if e["reason"] in ("Cordoned", "Uncordoned")] == \
+        ["Cordoned"]
     assert kubectl_k8s4r(sim, "uncordon", "robot-a").strip() == "robot.robot.k8s4r.io/robot-a uncordoned"
     assert "unschedulable" not in get(sim, "robot", "robot-a")["spec"]
+    wait_until(lambda: "cordonedAt" not in get(sim, "robot", "robot-a")["status"], 20, "cordonedAt to go")
+    assert "Uncordoned" in [e["reason"] for e in events_of(sim, "robot-a")]
     apply(sim, job("again", [group("g", 2, recording(ran, 0))]))
     wait_job(sim, "again", "completed", 60)
     assert sorted(t["spec"]["targetRobot"] for t in tasks_of_job(sim, "again")) == ["robot-a", "robot-b"]

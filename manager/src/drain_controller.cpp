@@ -1,4 +1,5 @@
-// The Robot controller's drain step (robot_drain.h): the Robot's Tasks and
+// The Robot controller's cordon and drain steps. Cordon: since when, in
+// status.cordonedAt, with an Event. Drain (robot_drain.h): the Robot's Tasks and
 // their Jobs' types from the caches, the plan, then its writes: each Task
 // to stop gets the DisruptionTarget condition (conditional on the version
 // judged, so a report that came in meanwhile is judged again) and an Event,
@@ -14,6 +15,30 @@
 namespace k8s4r::manager {
 
 using nlohmann::json;
+
+void Manager::reconcile_cordon(const kube::ObjectPtr& robot, Outcome& outcome) {
+  // Since when it is cordoned (spec.unschedulable, or a drain), in
+  // status.cordonedAt, with an Event as it changes: written once each way.
+  const bool cordoned =
+      crd::value_at(*robot, {"spec", "unschedulable"}) == true || crd::value_at(*robot, {"spec", "drain"}).is_object();
+  const bool said = !crd::value_at(*robot, {"status", "cordonedAt"}).is_null();
+  if (cordoned == said) return;
+  const std::string ns = crd::string_at(*robot, {"metadata", "namespace"});
+  const std::string name = crd::string_at(*robot, {"metadata", "name"});
+  const json patch = {{"status", {{"cordonedAt", cordoned ? json(format_rfc3339(now())) : json(nullptr)}}}};
+  auto written = counted("patch_status", client_.merge_patch(crd::kRobots, ns, name, patch, true));
+  if (!written) {
+    if (written.error().not_found()) return;
+    spdlog::warn("robot {}/{}: writing status.cordonedAt: {}", ns, name, written.error().to_string());
+    outcome.failed = true;
+    return;
+  }
+  spdlog::info("robot {}/{}: {}", ns, name, cordoned ? "cordoned" : "uncordoned");
+  record(written.value(), "Normal", cordoned ? "Cordoned" : "Uncordoned",
+         cordoned ? "no new task is placed on it (spec.unschedulable" +
+                        std::string(crd::value_at(*robot, {"spec", "drain"}).is_object() ? ", spec.drain" : "") + ")"
+                  : "it takes new tasks again");
+}
 
 void Manager::reconcile_drain(const kube::ObjectPtr& robot, Outcome& outcome) {
   const json& spec = crd::value_at(*robot, {"spec", "drain"});

@@ -34,7 +34,8 @@ Manager::Outcome Manager::reconcile_robot(const std::string& key) {
   if (!robot) return outcome;
   const RobotVerdict verdict = judge_robot(*robot, secret_digest(ns, name), robot_policy_, now());
   if (verdict.recheck_after) outcome.after(*verdict.recheck_after + std::chrono::milliseconds(100));
-  reconcile_drain(robot, outcome);  // drain_controller.cpp
+  reconcile_cordon(robot, outcome);  // drain_controller.cpp
+  reconcile_drain(robot, outcome);
   const json patch = robot_verdict_patch(*robot, verdict);
   if (patch.is_null()) return outcome;
   auto written = counted("patch_status", client_.merge_patch(crd::kRobots, ns, name, patch, true));

@@ -116,7 +116,8 @@ class Manager {
   // robot_controller.cpp
   Outcome reconcile_robot(const std::string& key);
   std::optional<std::string> secret_digest(const std::string& namespace_, const std::string& robot) const;
-  // drain_controller.cpp: spec.drain (robot_drain.h).
+  // drain_controller.cpp: status.cordonedAt and its Events; spec.drain (robot_drain.h).
+  void reconcile_cordon(const kube::ObjectPtr& robot, Outcome& outcome);
   void reconcile_drain(const kube::ObjectPtr& robot, Outcome& outcome);
   // stop_requests.cpp: the DisruptionTarget condition, with `reason`.
   void ask_to_stop(const nlohmann::json& task, const std::string& reason, const std::string& why, Outcome& outcome);
