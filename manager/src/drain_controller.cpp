@@ -16,6 +16,18 @@ namespace k8s4r::manager {
 
 using nlohmann::json;
 
+std::optional<json> Manager::write_robot_status(const std::string& ns, const std::string& name,
+                                                const std::string& field, const json& value, Outcome& outcome) {
+  auto written =
+      counted("patch_status", client_.merge_patch(crd::kRobots, ns, name, {{"status", {{field, value}}}}, true));
+  if (written) return std::move(written.value());
+  if (!written.error().not_found()) {
+    spdlog::warn("robot {}/{}: writing status.{}: {}", ns, name, field, written.error().to_string());
+    outcome.failed = true;
+  }
+  return std::nullopt;
+}
+
 void Manager::reconcile_cordon(const kube::ObjectPtr& robot, Outcome& outcome) {
   // Since when it is cordoned (spec.unschedulable, or a drain), in
   // status.cordonedAt, with an Event as it changes: written once each way.
@@ -25,16 +37,11 @@ void Manager::reconcile_cordon(const kube::ObjectPtr& robot, Outcome& outcome) {
   if (cordoned == said) return;
   const std::string ns = crd::string_at(*robot, {"metadata", "namespace"});
   const std::string name = crd::string_at(*robot, {"metadata", "name"});
-  const json patch = {{"status", {{"cordonedAt", cordoned ? json(format_rfc3339(now())) : json(nullptr)}}}};
-  auto written = counted("patch_status", client_.merge_patch(crd::kRobots, ns, name, patch, true));
-  if (!written) {
-    if (written.error().not_found()) return;
-    spdlog::warn("robot {}/{}: writing status.cordonedAt: {}", ns, name, written.error().to_string());
-    outcome.failed = true;
-    return;
-  }
+  const auto written =
+      write_robot_status(ns, name, "cordonedAt", cordoned ? json(format_rfc3339(now())) : json(nullptr), outcome);
+  if (!written) return;
   spdlog::info("robot {}/{}: {}", ns, name, cordoned ? "cordoned" : "uncordoned");
-  record(written.value(), "Normal", cordoned ? "Cordoned" : "Uncordoned",
+  record(*written, "Normal", cordoned ? "Cordoned" : "Uncordoned",
          cordoned ? "no new task is placed on it (spec.unschedulable" +
                         std::string(crd::value_at(*robot, {"spec", "drain"}).is_object() ? ", spec.drain" : "") + ")"
                   : "it takes new tasks again");
@@ -69,18 +76,12 @@ void Manager::reconcile_drain(const kube::ObjectPtr& robot, Outcome& outcome) {
   // Written even when a stop above must be tried again: its startedAt (the
   // deadline's start) is kept from the first write on.
   if (!plan.status) return;
-  const json patch = {{"status", {{"drain", *plan.status}}}};
-  auto written = counted("patch_status", client_.merge_patch(crd::kRobots, ns, name, patch, true));
-  if (!written) {
-    if (written.error().not_found()) return;
-    spdlog::warn("robot {}/{}: writing status.drain: {}", ns, name, written.error().to_string());
-    outcome.failed = true;
-    return;
-  }
+  const auto written = write_robot_status(ns, name, "drain", *plan.status, outcome);
+  if (!written) return;
   if (!plan.status->is_null())
     spdlog::info("robot {}/{}: drain {}: {}", ns, name, plan.status->value("state", ""),
                  plan.status->value("message", ""));
-  for (const PlannedEvent& event : plan.events) record(written.value(), event.type, event.reason, event.message);
+  for (const PlannedEvent& event : plan.events) record(*written, event.type, event.reason, event.message);
 }
 
 }  // namespace k8s4r::manager

@@ -118,6 +118,11 @@ class Manager {
   std::optional<std::string> secret_digest(const std::string& namespace_, const std::string& robot) const;
   // drain_controller.cpp: status.cordonedAt and its Events; spec.drain (robot_drain.h).
   void reconcile_cordon(const kube::ObjectPtr& robot, Outcome& outcome);
+  // The Robot as written with status.<field> = value (null removes it); none
+  // when it is gone, or the write failed (then `outcome` says to retry).
+  std::optional<nlohmann::json> write_robot_status(const std::string& namespace_, const std::string& name,
+                                                   const std::string& field, const nlohmann::json& value,
+                                                   Outcome& outcome);
   void reconcile_drain(const kube::ObjectPtr& robot, Outcome& outcome);
   // stop_requests.cpp: the DisruptionTarget condition, with `reason`.
   void ask_to_stop(const nlohmann::json& task, const std::string& reason, const std::string& why, Outcome& outcome);
