@@ -3,7 +3,7 @@
 // expressions, version ranges), a Robot's labels, device info, heartbeat
 // time, conditions and token digest; a Job's task groups and tasks, and the
 // statuses rolled up from them; a reschedule policy (its delay never
-// negative, whatever the durations and the history).
+// negative, whatever the durations and the history); a rollout and a drain.
 // Any bytes give a value or a refusal, never a crash or a hang; a quantity
 // read back from its milli-units is the same; a constraint that was accepted
 // is evaluated against the robot the same input describes; a Robot's verdict,
@@ -19,8 +19,10 @@
 #include "k8s4r/manager/plan_task.h"
 #include "k8s4r/manager/reschedule.h"
 #include "k8s4r/manager/result_cache.h"
+#include "k8s4r/manager/robot_drain.h"
 #include "k8s4r/manager/robot_lifecycle.h"
 #include "k8s4r/manager/robot_load.h"
+#include "k8s4r/manager/rollout.h"
 #include "k8s4r/manager/status_rollup.h"
 #include "k8s4r/manager/templates.h"
 
@@ -185,6 +187,34 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ended["status"] = {{"state", "completed"}};
     load.observe(ended);
     if (load.claims() != 0) __builtin_trap();
+  }
+
+  {
+    // A rollout: any spec, a value or a refusal; never a negative number to
+    // start, nor a rate under one.
+    const auto at = k8s4r::parse_rfc3339("2026-11-26T12:00:00Z").value();
+    if (auto rollout = manager::read_rollout(value.is_object() ? value.value("rollout", value) : value); rollout) {
+      const manager::RolloutVerdict verdict =
+          manager::judge_rollout(rollout.value(), {value, value}, at, static_cast<int>(size % 3), size % 2 == 1);
+      if (verdict.may_start < 0 || (verdict.per_minute && *verdict.per_minute < 1) ||
+          (verdict.aborted && verdict.may_start != 0))
+        __builtin_trap();
+    }
+    // A drain: any Robot and Task; a status.drain once written is not
+    // written again, and nothing is asked twice.
+    manager::DrainView view;
+    view.robot = value;
+    view.now = at;
+    view.tasks.push_back({&value, size % 3 == 0 ? "service" : size % 3 == 1 ? "system" : "batch"});
+    const manager::DrainPlan plan = manager::plan_drain(view);
+    if (plan.status && plan.status->is_object() && value.is_object()) {
+      nlohmann::json stored = *plan.status;
+      for (auto it = stored.begin(); it != stored.end();) it = it->is_null() ? stored.erase(it) : std::next(it);
+      view.robot["status"] =
+          value.contains("status") && value["status"].is_object() ? value["status"] : nlohmann::json::object();
+      view.robot["status"]["drain"] = stored;
+      if (manager::plan_drain(view).status) __builtin_trap();
+    }
   }
 
   const nlohmann::json group_status = manager::task_group_status(value, {value, value});

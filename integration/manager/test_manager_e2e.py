@@ -606,6 +606,57 @@ def test_a_drained_robot_ends_with_no_task_and_its_work_elsewhere(sim, robots, m
                "the system job's task to run on robot-a again")
 
 
+def test_a_drain_through_a_bridge_and_a_manager_killed_runs_nothing_twice(sim, robots, bridge, manager_factory,
+                                                                        tmp_path):
+    """kill -9 of the bridge while a drain is being asked, and of the manager before its deadline: the drain still
+    empties the robot, the service's task starts on robot-b only after it stopped on robot-a, the batch task is
+    stopped no sooner than the deadline counted from when the first manager saw the drain, and every Task that
+    says failed is one that was stopped (judged by what each task wrote)."""
+    ran = tmp_path / "ran"
+    ran.mkdir(mode=0o777)
+    manager = manager_factory().start()
+    robots("robot-a")
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+    apply(sim, job("svc", [group("g", 1, stoppable(ran, 600, 600))], job_type="service"))
+    apply(sim, job("long", [group("g", 1, stoppable(ran, 600, 1))]))
+    wait_until(lambda: len(runs_in(ran)) == 2, 30, "both tasks to start on robot-a")
+    robots("robot-b")
+    wait_until(lambda: robot_phase(sim, "robot-b") == "Online", 20, "robot-b to be Online")
+
+    bridge.kill9()
+    kubectl_k8s4r(sim, "drain", "robot-a", "--deadline=8s", "--no-wait")
+
+    def asked(name):
+        conditions = (get(sim, "rtask", name).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "DisruptionTarget" for c in conditions)
+    wait_until(lambda: asked("svc-g-r0-work"), 20, "the manager to ask the service's task to stop")
+    bridge.start()  # within the agents' 4 s without word
+    started = get(sim, "robot", "robot-a")["status"]["drain"]["startedAt"]
+    manager.kill9()
+    manager_factory(name="manager-2").start()
+    out = kubectl_k8s4r(sim, "drain", "robot-a", "--deadline=8s", "--timeout=90s")  # the same drain: waits for it
+    assert out.splitlines()[-1] == "robot.robot.k8s4r.io/robot-a drained", out
+    assert get(sim, "robot", "robot-a")["status"]["drain"]["startedAt"] == started  # kept across the restart
+
+    runs = {}
+    for event, task, robot_id, at in runs_in(ran):
+        assert event not in runs.setdefault((task, robot_id), {}), f"{task} on {robot_id}: {event} twice"
+        runs[(task, robot_id)][event] = int(at)
+    svc_a = runs[("svc-g-r0-work", "robot-a")]
+    wait_until(lambda: ("svc-g-r0-work-a1", "robot-b") in {(r[1], r[2]) for r in runs_in(ran)}, 30,
+               "the service to run on robot-b")
+    svc_b = [int(r[3]) for r in runs_in(ran) if r[:3] == ["start", "svc-g-r0-work-a1", "robot-b"]]
+    assert "stop" in svc_a and svc_b[0] > svc_a["stop"], (svc_a, svc_b)
+    deadline_ns = (datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() + 8) * 1e9
+    long_a = runs[("long-g-r0-work", "robot-a")]
+    assert set(long_a) == {"start", "stop"} and long_a["stop"] >= deadline_ns - 0.5e9, (long_a, started)
+    wait_job(sim, "long", "completed", 30)
+    for task in items(sim, "rtask"):
+        name, robot_id = task["metadata"]["name"], task["spec"].get("targetRobot")
+        stopped = "stop" in runs.get((name, robot_id), {})
+        assert (task["status"]["state"] == "failed") == stopped, (name, task["status"])
+
+
 def intervals(directory):
     """(task, robot, start ns, end ns) of each run that ended, from what the tasks wrote."""
     started, out = {}, []
