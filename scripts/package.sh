@@ -3,6 +3,7 @@
 # the bridge, the manager and the API stand-in, into dist/:
 #
 #   dist/k8s4r-{agent,bridge,manager,kube-sim}_VERSION_{amd64,arm64}.deb
+#   dist/kubectl-k8s4r_VERSION_all.deb            the operator's kubectl plugin
 #   dist/images/k8s4r-{bridge,manager,kube-sim}   OCI image layouts, tag VERSION
 #
 # arm64 is cross-built with Debian's own cross toolchain
@@ -52,14 +53,14 @@ for arch in "${archs[@]}"; do
     env+=(K8S4R_SYSROOT="$sysroot" CC="$triplet-gcc" CXX="$triplet-g++")
   fi
   log "building the $arch packages (version $version)"
-  rm -f "$dist"/k8s4r-*_"$version"_"$arch".deb
+  rm -f "$dist"/k8s4r-*_"$version"_"$arch".deb "$dist"/kubectl-k8s4r_"$version"_all.deb
   # dpkg-architecture sets DEB_HOST_* for arm64; debian/rules does the rest.
   env "${env[@]}" dpkg-architecture -a"$arch" -c debian/rules clean >/dev/null
   env "${env[@]}" dpkg-architecture -a"$arch" -c debian/rules binary >"$work/build-$arch.log" 2>&1 ||
     { tail -n 60 "$work/build-$arch.log"; exit 1; }
   env "${env[@]}" dpkg-architecture -a"$arch" -c debian/rules clean >/dev/null
   log "checking the $arch packages with lintian"
-  lintian --fail-on error "$dist"/k8s4r-*_"$version"_"$arch".deb
+  lintian --fail-on error "$dist"/k8s4r-*_"$version"_"$arch".deb "$dist"/kubectl-k8s4r_"$version"_all.deb
   log "$arch packages built in $((SECONDS - started)) s"
 done
 

@@ -72,6 +72,17 @@ def test_the_packages_hold_the_daemons_their_units_and_config_for_amd64_and_arm6
             assert library in depends, depends
 
 
+def test_the_kubectl_plugin_package_holds_the_plugin_for_every_architecture(tmp_path):
+    path = deb("kubectl-k8s4r", "all")
+    package, version, architecture = dpkg_deb("-f", str(path), "Package", "Version", "Architecture").splitlines()
+    assert (package, version, architecture) == ("Package: kubectl-k8s4r", f"Version: {VERSION}", "Architecture: all")
+    dpkg_deb("-x", str(path), str(tmp_path))
+    plugin = tmp_path / "usr/bin/kubectl-k8s4r"
+    assert plugin.stat().st_mode & 0o111, oct(plugin.stat().st_mode)  # kubectl runs only executable plugins
+    shown = subprocess.run(["sh", str(plugin), "help"], capture_output=True, text=True)
+    assert shown.returncode == 0 and "kubectl k8s4r drain ROBOT" in shown.stderr, shown
+
+
 def test_the_amd64_packages_install_into_a_fresh_debian_12_and_the_agent_there_runs_a_task(tmp_path, sim, broker,
                                                                                             bridge):
     packages = [str(deb(f"k8s4r-{daemon}", "amd64")) for daemon in DAEMONS]
