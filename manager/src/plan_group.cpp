@@ -97,9 +97,10 @@ void rollout_status(GroupPlan& plan, const json& group, const Rollout& rollout, 
   if (verdict.aborted) {
     state = "Aborted";
     clause = kRolloutAborted + *verdict.aborted;
-    if (verdict.in_flight > 0) clause += " (" + std::to_string(verdict.in_flight) + " not ended yet)";
-    // Nothing left in flight: it has failed, unless every task had succeeded.
-    if (verdict.in_flight == 0 && status["state"] != "completed") status["state"] = "failed";
+    if (verdict.not_ended > 0) clause += " (" + std::to_string(verdict.not_ended) + " not ended yet)";
+    // Nothing left running (a service's replicas included): it has failed,
+    // unless every task had succeeded.
+    if (verdict.not_ended == 0 && status["state"] != "completed") status["state"] = "failed";
   } else if (rollout.paused) {
     state = "Paused";
     clause = "rollout paused: " + std::to_string(held) + " waiting";
@@ -314,8 +315,10 @@ GroupPlan plan_group(const GroupView& view) {
         // Not started, and the rollout aborted (they are asked to stop) or
         // paused: neither placed nor sent.
         if ((verdict.aborted || rollout.value().paused) &&
-            (!current.state || *current.state == crd::TaskState::pending))
+            (!current.state || *current.state == crd::TaskState::pending)) {
+          if (!verdict.aborted) ++held;  // waits for the resume
           continue;
+        }
         std::string robot = current.target_robot;
         if (robot.empty()) {
           auto assumed = view.assumed_robots.find(key_of(newest));
@@ -345,18 +348,24 @@ GroupPlan plan_group(const GroupView& view) {
       // Stopped because its robot was drained (robot_drain.h): moved at once,
       // and no attempt of the policy's (an operator's act, not a failure);
       // unless the policy allows none. Nor is a move counted later.
-      const auto stop = crd::stop_request(newest);
-      const bool drained = stop && stop->reason == "Drained";
+      // So is one a rollout's abort cancelled, once the abort is undone: it
+      // never failed either.
+      const auto operators_act = [](const json& task) {
+        const auto stop = crd::stop_request(task);
+        return stop && (stop->reason == "Drained" || stop->reason == "RolloutAborted");
+      };
+      const bool drained = operators_act(newest);
+      const bool cancelled = drained && crd::stop_request(newest)->reason == "RolloutAborted";
       std::vector<Timestamp> earlier;
       for (std::size_t i = 0; i < slot->attempts.size(); ++i) {
         const json* attempt = slot->attempts[i];
-        if (attempt_of(*attempt) == 0 || (i > 0 && crd::stop_request(*slot->attempts[i - 1]) &&
-                                          crd::stop_request(*slot->attempts[i - 1])->reason == "Drained"))
-          continue;
+        if (attempt_of(*attempt) == 0 || (i > 0 && operators_act(*slot->attempts[i - 1]))) continue;
         if (auto created = crd::timestamp_at(*attempt, {"metadata", "creationTimestamp"})) earlier.push_back(*created);
       }
       RescheduleDecision decision = decide_reschedule(policy.value(), earlier, t);
-      if (drained) {
+      if (cancelled) {
+        decision = {true, nanoseconds(0), "made again: its rollout's abort was undone (not counted)"};
+      } else if (drained) {
         const bool none = !policy.value().unlimited && policy.value().attempts == 0;
         decision = {!none, nanoseconds(0),
                     none ? "not moved off its drained robot: its reschedulePolicy allows no reschedule (attempts 0)"
@@ -389,7 +398,8 @@ GroupPlan plan_group(const GroupView& view) {
       const std::string reason = crd::string_at(newest, {"status", "reason"});
       const std::string next_name = crd::string_at(next, {"metadata", "name"});
       if (!add_new(std::move(next))) continue;  // held by the rollout: said when it is made
-      plan.reschedules.push_back(drained                                       ? "drained"
+      plan.reschedules.push_back(cancelled                                     ? "cancelled"
+                                 : drained                                     ? "drained"
                                  : reason == "Lost"                            ? "lost"
                                  : *current.state == crd::TaskState::completed ? "completed"
                                                                                : "failed");

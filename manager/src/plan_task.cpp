@@ -17,7 +17,7 @@ TaskPlan plan_task(const json& task, const LivenessInputs& inputs) {
     if (reason) plan.event = PlannedEvent{task, type, reason, message};
   };
   if (!view.state || *view.state == crd::TaskState::pending) {
-    if (crd::stop_request(task)) return plan;  // never sent: the bridge ends it
+    if (crd::stop_request(task)) return plan;  // never sent: ended by its stop request (stop_requests.cpp)
     if (view.target_robot.empty()) {
       say("pending", "spec.targetRobot is not set: a Task of its own must name its robot (or belong to a Job)",
           "Warning", "NoRobot");

@@ -123,7 +123,7 @@ DrainPlan plan_drain(const DrainView& view) {
     }
     if (!task.running) {
       why = "robot " + name + " is drained: a task not yet started is stopped at once" +
-            (task.type == "system" ? "" : ", and placed elsewhere");
+            (task.type == "system" || task.type.empty() ? "" : ", and placed elsewhere");
     } else if (task.type == "service") {
       why = "robot " + name + " is drained: a service's task is stopped at once and placed elsewhere";
     } else if (task.type == "system") {

@@ -112,6 +112,7 @@ RolloutVerdict judge_rollout(const Rollout& rollout, const std::vector<json>& ta
       if (!oldest_in_window || *created < *oldest_in_window) oldest_in_window = created;
     }
     if (!view.state || !crd::is_terminal(*view.state)) {
+      ++verdict.not_ended;
       // A service's (or system job's) running task never ends by itself: in
       // flight is what has not started yet.
       if (!(runs_on && view.state == crd::TaskState::running)) ++verdict.in_flight;

@@ -81,9 +81,13 @@ Placement Manager::plan_replica(const json& task_group, const TaskNeeds& needs, 
       };
       std::map<std::string, int> in_flight;
       for (const RobotFacts& facts : robots) in_flight[value_of(facts)] += facts.tasks_of_group;
-      // The replica's tasks go together: all of them must fit under it.
+      // The replica's tasks go together: all of them must fit under it, or,
+      // a replica of more tasks than the limit, go where none is in flight.
       const int adding = static_cast<int>(tasks.size());
-      for (RobotFacts& facts : robots) facts.rollout_full = in_flight[value_of(facts)] + adding > needs.rollout_max;
+      for (RobotFacts& facts : robots) {
+        const int there = in_flight[value_of(facts)];
+        facts.rollout_full = there > 0 && there + adding > needs.rollout_max;
+      }
     }
     const std::string& preferred = only_robot.empty() ? sibling_robot : only_robot;
     if (!preferred.empty()) {
@@ -91,10 +95,9 @@ Placement Manager::plan_replica(const json& task_group, const TaskNeeds& needs, 
       for (const RobotFacts& facts : robots)
         if (facts.name == preferred) one.push_back(facts);
       placement = place(replica, one);
-      // Its sibling's robot is full: elsewhere, unless what holds it is the
-      // rollout's per-label limit (the replica waits rather than split).
-      const bool held_by_rollout = one.size() == 1 && one.front().rollout_full;
-      if (!placement.robot && only_robot.empty() && !held_by_rollout) placement = place(replica, robots);
+      // Its sibling's robot is full (or its value of the rollout's label,
+      // counting the sibling): elsewhere.
+      if (!placement.robot && only_robot.empty()) placement = place(replica, robots);
     } else {
       placement = place(replica, robots);
     }

@@ -49,9 +49,12 @@ json task_of(const json& group, const json& entry) {
     for (const char* field : {"dispatchedAt", "finishedAt", "reason", "statusSeq"}) {
       if (entry.contains(field)) status[field] = entry[field];
     }
-    if (entry.value("drained", false)) {  // asked to stop: its robot drained (robot_drain.h)
-      status["conditions"] = json::array(
-          {{{"type", "DisruptionTarget"}, {"status", "True"}, {"reason", "Drained"}, {"message", "robot drained"}}});
+    // Asked to stop: its robot drained (robot_drain.h), or its rollout aborted (rollout.h).
+    if (entry.value("drained", false) || entry.contains("stopReason")) {
+      status["conditions"] = json::array({{{"type", "DisruptionTarget"},
+                                           {"status", "True"},
+                                           {"reason", entry.value("stopReason", "Drained")},
+                                           {"message", "asked to stop"}}});
     }
     task["status"] = status;
     return task;

@@ -86,6 +86,7 @@ struct RolloutVerdict {
   std::optional<std::string> aborted;               // why, once it aborted
   std::optional<std::chrono::nanoseconds> recheck;  // the per-minute window opens again then
   int in_flight = 0, started_last_minute = 0, succeeded = 0, executed = 0;
+  int not_ended = 0;              // Tasks not ended, running ones included whatever the job's type
   std::optional<int> per_minute;  // the rate now, when limited
 };
 
