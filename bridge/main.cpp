@@ -4,6 +4,7 @@
 // SIGTERM and SIGINT stop it cleanly.
 #include "k8s4r/bridge/bridge.h"
 #include "k8s4r/bridge/config.h"
+#include "k8s4r/bridge/logs_endpoint.h"
 #include "k8s4r/daemon/config_loader.h"
 #include "k8s4r/daemon/event_loop.h"
 #include "k8s4r/daemon/health_server.h"
@@ -18,6 +19,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 int main(int argc, char** argv) {
   using namespace k8s4r;
@@ -72,6 +74,15 @@ int main(int argc, char** argv) {
     daemon::HealthServer health(metrics, [&bridge] { return bridge.not_ready_reason(); });
     const int port = health.start(config.metrics_bind_address);
     spdlog::info("serving /metrics, /healthz and /readyz on port {}", port);
+    std::optional<LogsEndpoint> logs;
+    if (!config.logs_bind_address.empty()) {
+      logs.emplace(LogsEndpointConfig{config.logs_bind_address, config.logs_cert_file, config.logs_key_file, namespace_,
+                                      config.logs_max_followers},
+                   client, bridge.log_follows(), metrics);
+      const int logs_port = logs->start();
+      spdlog::info("serving tasks' logs over {} on port {}", config.logs_cert_file.empty() ? "HTTP" : "HTTPS",
+                   logs_port);
+    }
     stop_signals.watch(loop, [&](int, const std::string& signal_name) {
       spdlog::info("received {}", signal_name);
       bridge.shutdown();
@@ -79,6 +90,7 @@ int main(int argc, char** argv) {
     bridge.start();
     daemon::trim_heap_periodically(loop, metrics, std::chrono::seconds(10));
     loop.run();
+    if (logs) logs->stop();
     health.stop();
   } catch (const std::exception& error) {
     spdlog::critical("{}", error.what());

@@ -5,6 +5,7 @@
 #include "k8s4r/common/base64.h"
 #include "k8s4r/common/duration.h"
 #include "k8s4r/common/identifiers.h"
+#include "k8s4r/common/log_messages.h"
 #include "k8s4r/common/messages.h"
 #include "k8s4r/common/rfc3339.h"
 #include "k8s4r/common/topics.h"
@@ -46,6 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   round_trip(input, k8s4r::parse_presence);
   round_trip(input, k8s4r::parse_ack);
   round_trip(input, k8s4r::parse_prefetch);
+  round_trip(input, k8s4r::parse_log_request);
+  round_trip(input, k8s4r::parse_log_chunk);
   // A task's outputs file: what is accepted travels within its bound and reads back the same.
   if (auto outputs = k8s4r::parse_task_outputs(input); outputs) {
     const std::string written = outputs.value().dump();
@@ -89,6 +92,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       case topics::TopicKind::artifacts:
         rebuilt = topics::artifacts(where.robot_id);
+        break;
+      case topics::TopicKind::log_request:
+        rebuilt = topics::log_request(where.robot_id);
+        break;
+      case topics::TopicKind::log_chunk:
+        rebuilt = topics::log_chunk(where.robot_id, where.reply_to);
         break;
     }
     if (!rebuilt || rebuilt.value() != input) std::abort();

@@ -58,7 +58,7 @@ fi
 if [[ ${K8S4R_SKIP_FUZZ:-0} != 1 ]]; then
   fuzzers=(fuzz_messages fuzz_kube_sim_protobuf fuzz_kube_sim_admission fuzz_kube_sim_requests fuzz_kube_sim_apply
     fuzz_bridge_translations fuzz_state_store fuzz_shim_protocol fuzz_manager_placement fuzz_dynsec_responses
-    fuzz_login_records)
+    fuzz_login_records fuzz_task_log_files)
   log "building in build-fuzz (clang, libFuzzer): ${fuzzers[*]}"
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)

@@ -8,6 +8,7 @@
 #include "k8s4r/agent/state_store.h"
 #include "k8s4r/common/duration.h"
 #include "k8s4r/daemon/inbox.h"
+#include "log_server.h"
 #include "recovery.h"
 #include "report_sender.h"
 #include "retention.h"
@@ -85,10 +86,25 @@ struct Agent::Parts {
         retention(config, tasks, *store, durability, work_dir, run_clock, loop),
         intake(tasks, *store, lifecycle, retention, loop.clock()),
         recovery(config, tasks, *store, *runner, lifecycle, work_dir, loop.clock()),
+        logs(config.robot_id, work_dir, loop, log_hooks()),
         session(config, loop, *link, robot_report(), session_listener(hooks, config.robot_id)) {}
+
+  LogServer::Hooks log_hooks() {
+    LogServer::Hooks log_hooks;
+    log_hooks.publish = [this](const std::string& topic, const std::string& payload) {
+      link->publish(topic, payload, 1, false, [](bool, const std::string&) {});
+    };
+    log_hooks.ended = [this](const std::string& uid) -> std::optional<bool> {
+      const auto task = tasks.find(uid);
+      if (task == tasks.end()) return std::nullopt;
+      return !task->second.active();
+    };
+    return log_hooks;
+  }
 
   SessionListener session_listener(const AgentHooks& hooks, const std::string& config_robot_id) {
     SessionListener listener;
+    listener.log_request = [this](const std::string& payload) { logs.on_request(payload); };
     listener.up = [this] { reports.on_connected(); };
     listener.down = [this] { reports.on_disconnected(); };
     listener.registered = [this] { reports.on_bridge_back(); };
@@ -214,6 +230,7 @@ struct Agent::Parts {
   Retention retention;
   DispatchIntake intake;
   Recovery recovery;
+  LogServer logs;
   Session session;
 };
 
@@ -251,6 +268,7 @@ void Agent::start() {
   p.retention.start();
   if (hooks_.watchdog_interval) feed_watchdog();
   cap_logs_periodically();
+  sample_logs_periodically();
   spdlog::info("agent {} for robot {}: {} task(s) from state.log, {} report(s) queued", K8S4R_VERSION, config_.robot_id,
                p.tasks.size(), p.store->queued_reports());
   p.session.connect();
@@ -266,6 +284,17 @@ void Agent::cap_logs_periodically() {
   if (shutting_down_) return;
   parts_->lifecycle.cap_logs();
   loop_.after(config_.heartbeat_interval, [this] { cap_logs_periodically(); });
+}
+
+void Agent::sample_logs_periodically() {
+  // For a follower asking from a time (kubectl k8s4r logs --since).
+  std::vector<std::string> running;
+  for (const auto& [uid, task] : parts_->tasks) {
+    if (task.phase == Phase::running) running.push_back(uid);
+  }
+  parts_->logs.sample(running);
+  if (shutting_down_) return;
+  loop_.after(1s, [this] { sample_logs_periodically(); });
 }
 
 void Agent::shutdown() {

@@ -94,6 +94,7 @@ void Session::subscribe() {
   if (!config_.legacy_topics) {
     subscriptions.push_back({topics::acks(config_.robot_id).value(), 1});
     subscriptions.push_back({topics::artifacts(config_.robot_id).value(), 1});
+    subscriptions.push_back({topics::log_request(config_.robot_id).value(), 1});
   }
   link_.subscribe(subscriptions, [this, generation](bool ok, const std::string& error) {
     loop_.post([this, generation, ok, error] {
@@ -239,6 +240,9 @@ void Session::on_message(const std::string& topic, const std::string& payload) {
       break;
     case topics::TopicKind::dispatch:
       if (listener_.dispatch) listener_.dispatch(payload);
+      break;
+    case topics::TopicKind::log_request:
+      if (listener_.log_request) listener_.log_request(payload);
       break;
     case topics::TopicKind::acks: {
       auto ack = parse_ack(payload);

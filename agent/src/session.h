@@ -51,7 +51,8 @@ struct SessionListener {
   std::function<void(const std::string& payload)> dispatch;
   // What the robot is to keep in its artifact store ahead of need (a Prefetch).
   std::function<void(const std::string& payload)> prefetch;
-  std::function<void(const Ack& ack)> ack;  // the bridge's acknowledgements
+  std::function<void(const Ack& ack)> ack;                      // the bridge's acknowledgements
+  std::function<void(const std::string& payload)> log_request;  // a bridge follows a task's log
   // The bridge has this robot's heartbeat number `beat` (they are counted
   // from 1 as the agent runs), sent at `sent` (the steady clock's time): an
   // Ack echoes its timestamp; with legacy-topics (no

@@ -27,6 +27,13 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
       client_(client),
       make_link_(std::move(make_link)),
       metrics_(metrics),
+      log_follows_(config_.mqtt_client_id(),
+                   [this](const std::string& topic, const std::string& payload) {
+                     // A follower's request, from its thread: the link is the loop's.
+                     loop_.post([this, topic, payload] {
+                       if (link_ && !stopping_) link_->publish(topic, payload, 1, false, {});
+                     });
+                   }),
       hooks_(std::move(hooks)) {
   declare_metrics();
 
@@ -277,6 +284,8 @@ void Bridge::on_connected() {
     subscriptions.push_back({std::string(topics::kRegister), 1});
     subscriptions.push_back({std::string(topics::kHeartbeat), 0});
   }
+  // Answers to this bridge's followers of tasks' logs: none comes unless one asked.
+  subscriptions.push_back({topics::log_chunks_filter(config_.mqtt_client_id()).value(), 1});
   if (config_.dynamic_security) subscriptions.push_back({std::string(dynsec::kResponseTopic), 1});
   if (config_.login_plugin) subscriptions.push_back({std::string(logins::kResponseTopic), 1});
   link_->subscribe(subscriptions, [this](bool ok, const std::string& error) {
@@ -407,6 +416,8 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
     return;
   }
   const topics::ParsedTopic& where = parsed_topic.value();
+  // A log follower's answer: for this replica whoever serves the robot.
+  if (where.kind == topics::TopicKind::log_chunk) return on_log_chunk(where, payload);
   // Another replica's robot: its owner has this message too. (One on a
   // legacy shared topic is judged once its payload names the robot.)
   if (!where.legacy && !where.robot_id.empty() && !serves(where.robot_id)) {
@@ -491,10 +502,26 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
     case topics::TopicKind::dispatch:
     case topics::TopicKind::acks:
     case topics::TopicKind::artifacts:
+    case topics::TopicKind::log_request:
+    case topics::TopicKind::log_chunk:
       // Our own messages, if the broker's ACL lets a robot echo them: not for us.
       metrics_.add("k8s4r_bridge_messages_total", {{"topic", "other"}});
       return refuse("a message on " + topic, {"InvalidTopic", "the bridge publishes this topic, it does not read it"});
   }
+}
+
+void Bridge::on_log_chunk(const topics::ParsedTopic& where, const std::string& payload) {
+  metrics_.add("k8s4r_bridge_messages_total", {{"topic", "log_chunk"}});
+  if (where.reply_to != config_.mqtt_client_id())
+    return refuse("a log chunk", {"InvalidTopic", "it answers bridge " + where.reply_to + ", not this one"},
+                  where.robot_id);
+  auto chunk = parse_log_chunk(payload);
+  if (!chunk) return refuse("a log chunk", {"InvalidPayload", chunk.error().to_string()}, where.robot_id);
+  if (chunk.value().robot_id != where.robot_id)
+    return refuse("a log chunk", {"TopicMismatch", "robotId " + chunk.value().robot_id + " differs from the topic's"},
+                  where.robot_id);
+  // One nobody waits for is late (its follower asked again) or gone: dropped.
+  log_follows_.on_chunk(std::move(chunk).value());
 }
 
 std::string Bridge::not_ready_reason() const {

@@ -115,6 +115,26 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
       {"new-robots-per-second", daemon::ValueType::Count,
        "create at most this many Robots a second for robots that register for the first time (100)",
        [&c](const std::string& v) { return daemon::parse_positive_size(v, c.new_robots_per_second); }},
+      {"logs-bind-address", daemon::ValueType::HostPort,
+       "host:port serving tasks' logs to kubectl k8s4r logs (docs/logs.md); empty (the default): not served",
+       [&c](const std::string& v) -> ApplyResult {
+         if (v.empty()) {
+           c.logs_bind_address.clear();
+           return std::nullopt;
+         }
+         return daemon::parse_bind_address(v, c.logs_bind_address);
+       }},
+      {"logs-tls-cert-file", daemon::ValueType::Path,
+       "PEM certificate of the logs endpoint (HTTPS; with logs-tls-key-file)",
+       [&c](const std::string& v) { return daemon::parse_existing_file(v, c.logs_cert_file); }},
+      {"logs-tls-key-file", daemon::ValueType::Path, "PEM private key of logs-tls-cert-file",
+       [&c](const std::string& v) { return daemon::parse_existing_file(v, c.logs_key_file); }},
+      {"logs-max-followers", daemon::ValueType::Count, "logs streamed at once at most; more are refused (64)",
+       [&c](const std::string& v) -> ApplyResult {
+         if (auto failed = daemon::parse_positive_size(v, c.logs_max_followers)) return failed;
+         if (c.logs_max_followers > 4096) return "must be at most 4096, got " + v;
+         return std::nullopt;
+       }},
       {"log-level", daemon::ValueType::Level, "trace, debug, info, warn or error",
        [&c](const std::string& v) { return daemon::parse_log_level(v, c.log_level); }},
   };
@@ -151,6 +171,16 @@ BridgeConfigOutcome parse_bridge_config(const std::vector<std::string>& args,
                kube::lease_timing_errors("replica-", config.replica_lease_duration, config.replica_renew_deadline,
                                          config.replica_retry_period))
             errors.push_back(std::move(error));
+        }
+        // Callers send their Kubernetes tokens: over HTTPS, unless they never leave the machine.
+        if (config.logs_cert_file.empty() != config.logs_key_file.empty())
+          errors.push_back("logs-tls-cert-file and logs-tls-key-file go together");
+        if (!config.logs_bind_address.empty() && config.logs_cert_file.empty()) {
+          const std::string host = config.logs_bind_address.substr(0, config.logs_bind_address.rfind(':'));
+          if (host != "127.0.0.1" && host != "localhost" && host != "[::1]")
+            errors.push_back("logs-bind-address " + config.logs_bind_address +
+                             " carries bearer tokens: give logs-tls-cert-file and logs-tls-key-file, or bind to "
+                             "127.0.0.1");
         }
         const mqtt::TlsFiles tls{config.ca_file, config.cert_file, config.key_file};
         for (std::string& error : mqtt::tls_setting_errors(config.broker_url, tls)) errors.push_back(std::move(error));

@@ -31,10 +31,11 @@ json robot_acls(const std::string& robot_id) {
                             topics::presence(robot_id), topics::task_status_filter(robot_id)}) {
     acls.push_back(acl("publishClientSend", topic.value()));
   }
-  for (const auto& topic :
-       {topics::response(robot_id), topics::dispatch(robot_id), topics::acks(robot_id), topics::artifacts(robot_id)}) {
+  for (const auto& topic : {topics::response(robot_id), topics::dispatch(robot_id), topics::acks(robot_id),
+                            topics::artifacts(robot_id), topics::log_request(robot_id)}) {
     for (json& entry : receive_acls(topic.value())) acls.push_back(std::move(entry));
   }
+  acls.push_back(acl("publishClientSend", topics::robot_log_chunks_filter(robot_id).value()));
   return acls;
 }
 
@@ -114,15 +115,20 @@ json commands_for(Action action, const std::string& robot_id, const std::optiona
     case Action::upgrade: {
       // The topics added to the role of a robot made before they existed
       // (neither disconnects the robot), then the client marked as current.
-      std::vector<std::string> lacking{topics::artifacts(robot_id).value()};
-      if (managed && managed->lacks_acks) lacking.insert(lacking.begin(), topics::acks(robot_id).value());
+      std::vector<std::string> lacking;
+      if (managed && managed->lacks_acks) lacking.push_back(topics::acks(robot_id).value());
+      if (managed && managed->lacks_artifacts) lacking.push_back(topics::artifacts(robot_id).value());
+      lacking.push_back(topics::log_request(robot_id).value());
+      json added = json::array();
       for (const std::string& topic : lacking) {
-        for (json& entry : receive_acls(topic)) {
-          json add = command("addRoleACL", correlation);
-          add["rolename"] = role;
-          for (auto& [key, value] : entry.items()) add[key] = value;
-          commands.push_back(std::move(add));
-        }
+        for (json& entry : receive_acls(topic)) added.push_back(std::move(entry));
+      }
+      added.push_back(acl("publishClientSend", topics::robot_log_chunks_filter(robot_id).value()));
+      for (json& entry : added) {
+        json add = command("addRoleACL", correlation);
+        add["rolename"] = role;
+        for (auto& [key, value] : entry.items()) add[key] = value;
+        commands.push_back(std::move(add));
       }
       json mark = command("modifyClient", correlation);
       mark["username"] = robot_id;
@@ -188,13 +194,15 @@ Result<std::map<std::string, Managed>> managed_clients(const json& data) {
     };
     const std::string username = text("username");
     const std::string mark = text("textname");
-    if ((mark != kManagedMark && mark != kManagedMarkBeforeArtifacts && mark != kManagedMarkBeforeAcks) ||
+    if ((mark != kManagedMark && mark != kManagedMarkBeforeLogs && mark != kManagedMarkBeforeArtifacts &&
+         mark != kManagedMarkBeforeAcks) ||
         !validate_identifier(username))
       continue;
     const std::string description = text("textdescription");
     Managed entry;
     entry.current = mark == kManagedMark;
     entry.lacks_acks = mark == kManagedMarkBeforeAcks;
+    entry.lacks_artifacts = entry.lacks_acks || mark == kManagedMarkBeforeArtifacts;
     if (description.rfind(kDigestPrefix, 0) == 0) {
       entry.digest = description.substr(kDigestPrefix.size());
       if (const auto after = entry.digest.find(kPreviousSeparator); after != std::string::npos) {

@@ -73,11 +73,13 @@ Verdict decide_access(const Users& users, const LoginTable& table, const char* u
     case topics::TopicKind::heartbeat:
     case topics::TopicKind::presence:
     case topics::TopicKind::task_status:
+    case topics::TopicKind::log_chunk:  // its answers to whichever bridge asked
       return access == kWrite ? Verdict::allow : Verdict::deny;
     case topics::TopicKind::response:
     case topics::TopicKind::dispatch:
     case topics::TopicKind::acks:
     case topics::TopicKind::artifacts:
+    case topics::TopicKind::log_request:
       return access == kWrite ? Verdict::deny : Verdict::allow;
   }
   return Verdict::deny;

@@ -61,6 +61,22 @@ Result<std::string> presence(std::string_view robot_id) { return robot_topic(rob
 Result<std::string> acks(std::string_view robot_id) { return robot_topic(robot_id, "/acks"); }
 Result<std::string> artifacts(std::string_view robot_id) { return robot_topic(robot_id, "/artifacts"); }
 
+Result<std::string> log_request(std::string_view robot_id) { return robot_topic(robot_id, "/logs/request"); }
+
+Result<std::string> log_chunk(std::string_view robot_id, std::string_view reply_to) {
+  if (auto checked = validate_identifier(reply_to, "replyTo"); !checked) return checked.error();
+  return robot_topic(robot_id, "/logs/chunks/" + std::string(reply_to));
+}
+
+Result<std::string> log_chunks_filter(std::string_view reply_to) {
+  if (auto checked = validate_identifier(reply_to, "replyTo"); !checked) return checked.error();
+  return std::string(kRobotsPrefix) + "+/logs/chunks/" + std::string(reply_to);
+}
+
+Result<std::string> robot_log_chunks_filter(std::string_view robot_id) {
+  return robot_topic(robot_id, "/logs/chunks/+");
+}
+
 Result<TopicView> parse_topic_view(std::string_view topic) {
   if (topic == kRegister) return TopicView{TopicKind::register_robot, {}, {}, true};
   if (topic == kHeartbeat) return TopicView{TopicKind::heartbeat, {}, {}, true};
@@ -82,6 +98,13 @@ Result<TopicView> parse_topic_view(std::string_view topic) {
     }
   }
   if (count == 5 && level[3] == "tasks" && level[4] == "dispatch") return TopicView{TopicKind::dispatch, robot_id, {}};
+  if (count == 5 && level[3] == "logs" && level[4] == "request") return TopicView{TopicKind::log_request, robot_id, {}};
+  if (count == 6 && level[3] == "logs" && level[4] == "chunks") {
+    if (auto checked = validate_identifier(level[5], "replyTo"); !checked) {
+      return Error{"topic", "bridge id in '" + std::string(topic) + "' " + checked.error().message};
+    }
+    return TopicView{TopicKind::log_chunk, robot_id, {}, false, level[5]};
+  }
   if (count == 6 && level[3] == "tasks" && level[5] == "status") {
     if (auto checked = validate_identifier(level[4], "taskUid"); !checked) {
       return Error{"topic", "task uid in '" + std::string(topic) + "' " + checked.error().message};
@@ -95,7 +118,8 @@ Result<ParsedTopic> parse_topic(std::string_view topic) {
   auto view = parse_topic_view(topic);
   if (!view) return view.error();
   const TopicView& parsed = view.value();
-  return ParsedTopic{parsed.kind, std::string(parsed.robot_id), std::string(parsed.task_uid), parsed.legacy};
+  return ParsedTopic{parsed.kind, std::string(parsed.robot_id), std::string(parsed.task_uid), parsed.legacy,
+                     std::string(parsed.reply_to)};
 }
 
 }  // namespace k8s4r::topics

@@ -38,13 +38,13 @@ for topic in '$CONTROL/dynamic-security/#'; do
   done
 done
 for topic in 'k8s4r/robots/+/register' 'k8s4r/robots/+/heartbeat' 'k8s4r/robots/+/presence' \
-  'k8s4r/robots/+/tasks/+/status' 'k8s4r/register' 'k8s4r/heartbeat'; do
+  'k8s4r/robots/+/tasks/+/status' 'k8s4r/robots/+/logs/chunks/+' 'k8s4r/register' 'k8s4r/heartbeat'; do
   for acltype in subscribePattern unsubscribePattern publishClientReceive; do
     dynsec addRoleACL k8s4r-bridge "$acltype" "$topic" allow
   done
 done
 for topic in 'k8s4r/robots/+/response' 'k8s4r/robots/+/tasks/dispatch' 'k8s4r/robots/+/acks' \
-  'k8s4r/robots/+/artifacts' 'k8s4r/robots/+/presence'; do
+  'k8s4r/robots/+/artifacts' 'k8s4r/robots/+/presence' 'k8s4r/robots/+/logs/request'; do
   dynsec addRoleACL k8s4r-bridge publishClientSend "$topic" allow
 done
 dynsec createClient k8s4r-bridge -p "$bridge_password"

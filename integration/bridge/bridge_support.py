@@ -55,9 +55,16 @@ def apply_rbac(sim, directory, account):
     rendered = subprocess.run(["kubectl", "kustomize", str(directory)], check=True, capture_output=True,
                               text=True).stdout
     documents = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] not in ("Deployment", "StatefulSet")]
-    assert {d["kind"] for d in documents} == {"ServiceAccount", "Role", "RoleBinding"}
+    assert {d["kind"] for d in documents} - {"ClusterRole", "ClusterRoleBinding"} == {"ServiceAccount", "Role",
+                                                                                     "RoleBinding"}
     sim.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}))
-    token = sim.kubectl("create", "token", account).stdout.strip()
+    return kubeconfig_of(sim, account)
+
+
+def kubeconfig_of(sim, account, token=None):
+    """A kubeconfig of the stand-in whose user is the ServiceAccount `account` (a token from `kubectl create
+    token`), or holds `token`."""
+    token = token or sim.kubectl("create", "token", account).stdout.strip()
     config = yaml.safe_load(sim.kubeconfig.read_text())
     for user in config["users"]:
         user["user"] = {"token": token}

@@ -81,6 +81,10 @@ def test_the_kubectl_plugin_package_holds_the_plugin_for_every_architecture(tmp_
     assert plugin.stat().st_mode & 0o111, oct(plugin.stat().st_mode)  # kubectl runs only executable plugins
     shown = subprocess.run(["sh", str(plugin), "help"], capture_output=True, text=True)
     assert shown.returncode == 0 and "kubectl k8s4r drain ROBOT" in shown.stderr, shown
+    logs = tmp_path / "usr/bin/kubectl-k8s4r-logs"  # kubectl's pick for `kubectl k8s4r logs`
+    assert logs.stat().st_mode & 0o111, oct(logs.stat().st_mode)
+    shown = subprocess.run([str(logs), "--help"], capture_output=True, text=True)
+    assert shown.returncode == 0 and "--follow" in shown.stdout, shown
 
 
 def test_the_amd64_packages_install_into_a_fresh_debian_12_and_the_agent_there_runs_a_task(tmp_path, sim, broker,

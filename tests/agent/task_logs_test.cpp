@@ -79,5 +79,82 @@ TEST(TaskLogs, AreReadAndCappedOnlyAsRegularFilesOfTheirOwn) {
   EXPECT_EQ(read(victim), "keep");
 }
 
+// ---- read by offset, for followers ----
+
+TEST(ReadLog, KeepsOffsetsAcrossARotationAndSaysWhenBytesAreGone) {
+  testing::TempDir dir;
+  const std::string log = (dir / "stdout.log").string();
+  write(log, "one\ntwo\n");  // bytes 0..7
+  EXPECT_EQ(read_log(log, 4, 100).data, "two\n");
+  ASSERT_TRUE(cap_log(log, 4));  // moved to .1; the stream goes on at offset 8
+  std::ofstream(log, std::ios::app) << "three\n";
+  LogPiece piece = read_log(log, 0, 100);
+  EXPECT_EQ(piece.offset, 0);
+  EXPECT_EQ(piece.data, "one\ntwo\n");  // from the rotated part, up to its end
+  EXPECT_EQ(piece.size, 14);
+  piece = read_log(log, 8, 100);
+  EXPECT_EQ(piece.offset, 8);
+  EXPECT_EQ(piece.data, "three\n");
+  // A second rotation: the first part is gone, and a reader asking for it is moved on, not given other bytes.
+  ASSERT_TRUE(cap_log(log, 4));
+  std::ofstream(log, std::ios::app) << "four\n";
+  piece = read_log(log, 2, 100);
+  EXPECT_EQ(piece.offset, 8);
+  EXPECT_EQ(piece.data, "three\n");
+  piece = read_log(log, 14, 100);
+  EXPECT_EQ(piece.data, "four\n");
+  EXPECT_EQ(piece.size, 19);
+  EXPECT_EQ(read_log(log, 19, 100).data, "");
+  EXPECT_EQ(read_log(log, 19, 100).offset, 19);
+}
+
+TEST(ReadLog, AMissingFileIsAnEmptyStreamAndALinkIsNotFollowed) {
+  testing::TempDir dir;
+  EXPECT_EQ(read_log((dir / "none").string(), 0, 10).size, 0);
+  write(dir / "secret", "root's\n");
+  fs::create_symlink(dir / "secret", dir / "stdout.log");
+  EXPECT_EQ(read_log((dir / "stdout.log").string(), 0, 10).data, "");
+}
+
+TEST(TailOffset, CountsLinesBackFromTheEnd) {
+  testing::TempDir dir;
+  const std::string log = (dir / "stdout.log").string();
+  write(log, "a\nbb\nccc\n");
+  EXPECT_EQ(tail_offset(log, 1), 5);
+  EXPECT_EQ(tail_offset(log, 2), 2);
+  EXPECT_EQ(tail_offset(log, 3), 0);
+  EXPECT_EQ(tail_offset(log, 10), 0);
+  EXPECT_EQ(tail_offset(log, 0), 9);
+  write(log, "a\nbb\npartial");  // a last line without its newline counts
+  EXPECT_EQ(tail_offset(log, 1), 5);
+  EXPECT_EQ(tail_offset(log, 2), 2);
+}
+
+TEST(LineStartFrom, MovesToTheNextLine) {
+  testing::TempDir dir;
+  const std::string log = (dir / "stdout.log").string();
+  write(log, "a\nbb\nccc\n");
+  EXPECT_EQ(line_start_from(log, 0), 0);
+  EXPECT_EQ(line_start_from(log, 2), 2);
+  EXPECT_EQ(line_start_from(log, 3), 5);
+  EXPECT_EQ(line_start_from(log, 9), 9);
+}
+
+TEST(LogIndex, SaysFromWhereTheBytesWrittenSinceATimeStart) {
+  testing::TempDir dir;
+  const std::string index = (dir / "logs.index").string();
+  EXPECT_EQ(offset_at(index, false, 5000), 0);  // no samples: from the start
+  append_log_index(index, 1000, 10, 1);
+  append_log_index(index, 2000, 25, 1);
+  append_log_index(index, 3000, 40, 7);
+  EXPECT_EQ(offset_at(index, false, 500), 0);
+  EXPECT_EQ(offset_at(index, false, 1000), 10);
+  EXPECT_EQ(offset_at(index, false, 2500), 25);  // earlier than asked, never later
+  EXPECT_EQ(offset_at(index, true, 9000), 7);
+  // A line the task forged or a torn one is skipped, not trusted.
+  std::ofstream(index, std::ios::app) << "garbage\n4000 -5 x\n5000 9";
+  EXPECT_EQ(offset_at(index, false, 9000), 40);
+}
+
 }  // namespace
 }  // namespace k8s4r::agent

@@ -45,14 +45,16 @@ TEST(Access, ARobotTouchesItsOwnTopicsOnlyAndEachOnlyOneWay) {
   const auto robot = [&](std::string_view topic, int access) {
     return decide_access(kUsers, table, "robot-1", "robot-1", topic, access);
   };
-  for (const std::string_view topic : {"k8s4r/robots/robot-1/register", "k8s4r/robots/robot-1/heartbeat",
-                                       "k8s4r/robots/robot-1/presence", "k8s4r/robots/robot-1/tasks/0b8e-7/status"}) {
+  for (const std::string_view topic :
+       {"k8s4r/robots/robot-1/register", "k8s4r/robots/robot-1/heartbeat", "k8s4r/robots/robot-1/presence",
+        "k8s4r/robots/robot-1/tasks/0b8e-7/status", "k8s4r/robots/robot-1/logs/chunks/k8s4r-bridge"}) {
     EXPECT_EQ(robot(topic, kWrite), Verdict::allow) << topic;
     EXPECT_EQ(robot(topic, kRead), Verdict::deny) << topic;
     EXPECT_EQ(robot(topic, kSubscribe), Verdict::deny) << topic;
   }
-  for (const std::string_view topic : {"k8s4r/robots/robot-1/response", "k8s4r/robots/robot-1/tasks/dispatch",
-                                       "k8s4r/robots/robot-1/acks", "k8s4r/robots/robot-1/artifacts"}) {
+  for (const std::string_view topic :
+       {"k8s4r/robots/robot-1/response", "k8s4r/robots/robot-1/tasks/dispatch", "k8s4r/robots/robot-1/acks",
+        "k8s4r/robots/robot-1/artifacts", "k8s4r/robots/robot-1/logs/request"}) {
     EXPECT_EQ(robot(topic, kSubscribe), Verdict::allow) << topic;
     EXPECT_EQ(robot(topic, kRead), Verdict::allow) << topic;
     EXPECT_EQ(robot(topic, kUnsubscribe), Verdict::allow) << topic;
@@ -60,7 +62,8 @@ TEST(Access, ARobotTouchesItsOwnTopicsOnlyAndEachOnlyOneWay) {
   }
   for (const std::string_view topic :
        {"k8s4r/robots/robot-2/heartbeat", "k8s4r/robots/robot-2/tasks/dispatch", "k8s4r/robots/+/heartbeat", "k8s4r/#",
-        "k8s4r/register", "k8s4r/heartbeat", "$CONTROL/k8s4r-logins/v1", "$CONTROL/k8s4r-logins/v1/response",
+        "k8s4r/robots/robot-2/logs/chunks/k8s4r-bridge", "k8s4r/robots/robot-2/logs/request", "k8s4r/register",
+        "k8s4r/heartbeat", "$CONTROL/k8s4r-logins/v1", "$CONTROL/k8s4r-logins/v1/response",
         "$CONTROL/dynamic-security/v1", "#", ""}) {
     for (const int access : {kRead, kWrite, kSubscribe})
       EXPECT_EQ(robot(topic, access), Verdict::deny) << topic << " " << access;

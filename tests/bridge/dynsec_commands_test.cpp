@@ -38,18 +38,22 @@ TEST(Dynsec, ARobotGetsARoleOfItsOwnTopicsAndALoginWithIt) {
       {"publishClientSend", "k8s4r/robots/robot-1/heartbeat"},
       {"publishClientSend", "k8s4r/robots/robot-1/presence"},
       {"publishClientSend", "k8s4r/robots/robot-1/tasks/+/status"},
+      {"publishClientSend", "k8s4r/robots/robot-1/logs/chunks/+"},
       {"subscribeLiteral", "k8s4r/robots/robot-1/response"},
       {"subscribeLiteral", "k8s4r/robots/robot-1/tasks/dispatch"},
       {"subscribeLiteral", "k8s4r/robots/robot-1/acks"},
       {"subscribeLiteral", "k8s4r/robots/robot-1/artifacts"},
+      {"subscribeLiteral", "k8s4r/robots/robot-1/logs/request"},
       {"unsubscribeLiteral", "k8s4r/robots/robot-1/response"},
       {"unsubscribeLiteral", "k8s4r/robots/robot-1/tasks/dispatch"},
       {"unsubscribeLiteral", "k8s4r/robots/robot-1/acks"},
       {"unsubscribeLiteral", "k8s4r/robots/robot-1/artifacts"},
+      {"unsubscribeLiteral", "k8s4r/robots/robot-1/logs/request"},
       {"publishClientReceive", "k8s4r/robots/robot-1/response"},
       {"publishClientReceive", "k8s4r/robots/robot-1/tasks/dispatch"},
       {"publishClientReceive", "k8s4r/robots/robot-1/acks"},
-      {"publishClientReceive", "k8s4r/robots/robot-1/artifacts"}};
+      {"publishClientReceive", "k8s4r/robots/robot-1/artifacts"},
+      {"publishClientReceive", "k8s4r/robots/robot-1/logs/request"}};
   EXPECT_EQ(acls, expected);
   const json& client = commands[1];
   EXPECT_EQ(client["command"], "createClient");
@@ -70,7 +74,8 @@ TEST(Dynsec, RotationSetsThePasswordAndTheDigestAndRemovalDeletesBoth) {
   EXPECT_EQ(rotate[1]["command"], "modifyClient");
   // The digest it replaces too: a robot still registered with the old token is a rotation, not a stranger.
   EXPECT_EQ(rotate[1]["textdescription"], "k8s4r token sha256:cccc after sha256:aaaa");
-  json listed = json::parse(R"j({"clients":[{"username":"robot-1","textname":"k8s4r robot (acks, artifacts)"}]})j");
+  json listed =
+      json::parse(R"j({"clients":[{"username":"robot-1","textname":"k8s4r robot (acks, artifacts, logs)"}]})j");
   listed["clients"][0]["textdescription"] = rotate[1]["textdescription"];
   EXPECT_EQ(managed_clients(listed).value().at("robot-1"), (Managed{"sha256:cccc", "sha256:aaaa"}));
   const json remove = commands_for(Action::remove, "robot-1", std::nullopt, "c");
@@ -85,11 +90,15 @@ TEST(Dynsec, ARobotMadeBeforeATopicExistedHasItsRoleGivenWhatItLacksWithoutADisc
   const json listed = json::parse(R"j({"clients":[
       {"username":"robot-1","textname":"k8s4r robot","textdescription":"k8s4r token sha256:aaaa"},
       {"username":"robot-2","textname":"k8s4r robot (acks)","textdescription":"k8s4r token sha256:aaaa"},
-      {"username":"robot-3","textname":"k8s4r robot (acks, artifacts)","textdescription":"k8s4r token sha256:aaaa"}]})j");
+      {"username":"robot-3","textname":"k8s4r robot (acks, artifacts, logs)","textdescription":"k8s4r token sha256:aaaa"},
+      {"username":"robot-4","textname":"k8s4r robot (acks, artifacts)","textdescription":"k8s4r token sha256:aaaa"}]})j");
   const auto managed = managed_clients(listed).value();
-  const Managed before = managed.at("robot-1"), before_artifacts = managed.at("robot-2");
-  EXPECT_TRUE(before.lacks_acks && !before.current);
-  EXPECT_TRUE(!before_artifacts.lacks_acks && !before_artifacts.current);
+  const Managed before = managed.at("robot-1"), before_artifacts = managed.at("robot-2"),
+                before_logs = managed.at("robot-4");
+  EXPECT_TRUE(before.lacks_acks && before.lacks_artifacts && !before.current);
+  EXPECT_TRUE(!before_artifacts.lacks_acks && before_artifacts.lacks_artifacts && !before_artifacts.current);
+  EXPECT_TRUE(!before_logs.lacks_acks && !before_logs.lacks_artifacts && !before_logs.current);
+  EXPECT_EQ(decide(kToken, before_logs), Action::upgrade);
   EXPECT_TRUE(managed.at("robot-3").current);
   EXPECT_EQ(decide(kToken, before), Action::upgrade);
   EXPECT_EQ(decide(kToken, managed.at("robot-3")), Action::none);
@@ -109,14 +118,20 @@ TEST(Dynsec, ARobotMadeBeforeATopicExistedHasItsRoleGivenWhatItLacksWithoutADisc
     EXPECT_FALSE(upgrade.back().contains("password"));
     return added;
   };
-  const std::multimap<std::string, std::string> artifacts{{"k8s4r/robots/robot-1/artifacts", "subscribeLiteral"},
-                                                          {"k8s4r/robots/robot-1/artifacts", "unsubscribeLiteral"},
-                                                          {"k8s4r/robots/robot-1/artifacts", "publishClientReceive"}};
+  // Every older role lacks the logs topics: their requests to receive, their answers to send.
+  const std::multimap<std::string, std::string> logs{{"k8s4r/robots/robot-1/logs/request", "subscribeLiteral"},
+                                                     {"k8s4r/robots/robot-1/logs/request", "unsubscribeLiteral"},
+                                                     {"k8s4r/robots/robot-1/logs/request", "publishClientReceive"},
+                                                     {"k8s4r/robots/robot-1/logs/chunks/+", "publishClientSend"}};
+  std::multimap<std::string, std::string> artifacts = logs;
+  for (const char* type : {"subscribeLiteral", "unsubscribeLiteral", "publishClientReceive"})
+    artifacts.emplace("k8s4r/robots/robot-1/artifacts", type);
   std::multimap<std::string, std::string> both = artifacts;
   for (const char* type : {"subscribeLiteral", "unsubscribeLiteral", "publishClientReceive"})
     both.emplace("k8s4r/robots/robot-1/acks", type);
   EXPECT_EQ(added_topics(commands_for(Action::upgrade, "robot-1", kToken, "c", before)), both);
   EXPECT_EQ(added_topics(commands_for(Action::upgrade, "robot-1", kToken, "c", before_artifacts)), artifacts);
+  EXPECT_EQ(added_topics(commands_for(Action::upgrade, "robot-1", kToken, "c", before_logs)), logs);
 }
 
 TEST(Dynsec, NothingForAnIdThatCouldBreakATopic) {

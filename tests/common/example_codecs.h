@@ -2,6 +2,7 @@
 // tests that feed those examples through them.
 #pragma once
 
+#include "k8s4r/common/log_messages.h"
 #include "k8s4r/common/messages.h"
 
 #include <filesystem>
@@ -47,6 +48,8 @@ inline const std::map<std::string, ExampleCodec>& example_codecs() {
       {"presence", codec_for(&parse_presence)},
       {"ack", codec_for(&parse_ack)},
       {"artifacts", codec_for(&parse_prefetch)},
+      {"log-request", codec_for(&parse_log_request)},
+      {"log-chunk", codec_for(&parse_log_chunk)},
   };
   return codecs;
 }

@@ -88,6 +88,8 @@ const topicSchemas = [
   [/^k8s4r\/robots\/([^/]+)\/presence$/, "presence"],
   [/^k8s4r\/robots\/([^/]+)\/acks$/, "ack"],
   [/^k8s4r\/robots\/([^/]+)\/artifacts$/, "artifacts"],
+  [/^k8s4r\/robots\/([^/]+)\/logs\/request$/, "log-request"],
+  [/^k8s4r\/robots\/([^/]+)\/logs\/chunks\/[^/]+$/, "log-chunk"],
 ];
 const protocolDoc = fs.readFileSync(path.join(root, "docs", "protocol.md"), "utf8");
 const documented = new Set();

@@ -88,6 +88,7 @@ class Agent {
   struct Parts;
   void feed_watchdog();
   void cap_logs_periodically();
+  void sample_logs_periodically();
   void check_shutdown_progress();
   void finish_shutdown();
   void finish_hand_over();

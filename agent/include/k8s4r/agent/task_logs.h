@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace k8s4r::agent {
@@ -29,5 +30,42 @@ std::string logs_tail(const std::string& stdout_path, const std::string& stderr_
 // writing to it, since it was opened with O_APPEND. So a stream never takes
 // much more than twice `max_bytes` on disk. True when it rotated.
 bool cap_log(const std::string& path, std::size_t max_bytes);
+
+}  // namespace k8s4r::agent
+
+namespace k8s4r::agent {
+
+// ---- A stream read by offset, for followers (log_server.cpp) ----
+//
+// An offset counts the bytes the task wrote to the stream since it started:
+// cap_log keeps how many it rotated away in `path`.base, so the bytes of
+// `path`.1 and `path` keep their offsets across a rotation.
+
+struct LogPiece {
+  std::int64_t offset = 0;  // where data starts: more than asked when those bytes were rotated away
+  std::string data;
+  std::int64_t size = 0;  // the stream's end so far
+};
+
+// At most `max_bytes` from `offset` (from `path`.1 first when it still holds
+// them), never past the stream's end. An unreadable or missing file reads as
+// empty.
+LogPiece read_log(const std::string& path, std::int64_t offset, std::size_t max_bytes);
+// The offset of the first of the last `lines` lines (a last line without its
+// newline counts), looking back at most 16 MiB.
+std::int64_t tail_offset(const std::string& path, std::int64_t lines);
+// `offset` when a line starts there, else the start of the next line.
+std::int64_t line_start_from(const std::string& path, std::int64_t offset);
+
+// ---- When each byte was written, for --since ----
+//
+// `index` (the task's logs.index) gets a line "UNIX_MS STDOUT_SIZE
+// STDERR_SIZE" when sampled sizes changed; offset_at says from where the bytes
+// written at or after `unix_ms` start (to the sampling's precision: earlier,
+// never later). Kept under 1 MiB: past it, no more samples (a since beyond
+// them gives more lines, never fewer).
+void append_log_index(const std::string& index, std::int64_t unix_ms, std::int64_t stdout_size,
+                      std::int64_t stderr_size);
+std::int64_t offset_at(const std::string& index, bool stderr_stream, std::int64_t unix_ms);
 
 }  // namespace k8s4r::agent

@@ -43,6 +43,7 @@
 #include "k8s4r/bridge/config.h"
 #include "k8s4r/bridge/dynsec_commands.h"
 #include "k8s4r/bridge/kube_writer.h"
+#include "k8s4r/bridge/log_follows.h"
 #include "k8s4r/bridge/new_robot_gate.h"
 #include "k8s4r/bridge/refusal_log.h"
 #include "k8s4r/bridge/robot_patches.h"
@@ -94,6 +95,8 @@ class Bridge {
   // Empty when ready (both sides connected, informers synced); else why not.
   // Any thread.
   std::string not_ready_reason() const;
+  // Followers of tasks' logs wait here for their robots' answers (logs_endpoint.h).
+  LogFollows& log_follows() { return log_follows_; }
 
  private:
   struct RobotMemory {
@@ -172,6 +175,7 @@ class Bridge {
   void on_connected();
   void on_disconnected(const std::string& cause);
   void on_message(const std::string& topic, const std::string& payload);
+  void on_log_chunk(const topics::ParsedTopic& where, const std::string& payload);
   void refuse(const std::string& what, const Refusal& refusal, const std::string& robot_id = "",
               const std::string& task_uid = "");
   void arm_refusal_summaries();
@@ -338,6 +342,7 @@ class Bridge {
   kube::Client& client_;
   LinkFactory make_link_;
   daemon::Metrics& metrics_;
+  LogFollows log_follows_;
   BridgeHooks hooks_;
 
   std::unique_ptr<kube::Informer> robots_, tasks_;

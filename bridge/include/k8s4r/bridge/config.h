@@ -63,6 +63,12 @@ struct BridgeConfig {
   // from a client that can reach the broker (docs/security.md).
   std::size_t max_unapproved_robots = 1000;
   std::size_t new_robots_per_second = 100;
+  // logs-bind-address: where kubectl k8s4r logs reads tasks' logs
+  // (logs_endpoint.h); empty: nowhere. HTTPS with logs-tls-cert-file and
+  // logs-tls-key-file; plain HTTP only on a loopback address.
+  std::string logs_bind_address;
+  std::string logs_cert_file, logs_key_file;
+  std::size_t logs_max_followers = 64;  // logs-max-followers
   std::string log_level = "info";
   std::string config_file;
 

@@ -34,10 +34,12 @@ inline constexpr std::string_view kCommandTopic = "$CONTROL/dynamic-security/v1"
 inline constexpr std::string_view kResponseTopic = "$CONTROL/dynamic-security/v1/response";
 // The textname of every client the bridge manages: kManagedMark for those
 // whose role has every topic of this version. Older marks: made before
-// robots received artifacts lists (kManagedMarkBeforeArtifacts), or before
-// they received acknowledgements too (kManagedMarkBeforeAcks); their role
-// is given the topics it lacks (Action::upgrade) and their mark changed.
-inline constexpr std::string_view kManagedMark = "k8s4r robot (acks, artifacts)";
+// robots answered log requests (kManagedMarkBeforeLogs), before they received
+// artifacts lists too (kManagedMarkBeforeArtifacts), or before they received
+// acknowledgements too (kManagedMarkBeforeAcks); their role is given the
+// topics it lacks (Action::upgrade) and their mark changed.
+inline constexpr std::string_view kManagedMark = "k8s4r robot (acks, artifacts, logs)";
+inline constexpr std::string_view kManagedMarkBeforeLogs = "k8s4r robot (acks, artifacts)";
 inline constexpr std::string_view kManagedMarkBeforeArtifacts = "k8s4r robot (acks)";
 inline constexpr std::string_view kManagedMarkBeforeAcks = "k8s4r robot";
 
@@ -52,10 +54,11 @@ struct Desired {
 
 // A client the bridge manages, as the broker lists it.
 struct Managed {
-  std::string digest;       // of its token, from its textdescription; "" when unreadable
-  std::string previous;     // of the token before the last rotation, "" when none
-  bool current = true;      // its role has every topic (kManagedMark)
-  bool lacks_acks = false;  // nor the acks topic (kManagedMarkBeforeAcks)
+  std::string digest;            // of its token, from its textdescription; "" when unreadable
+  std::string previous;          // of the token before the last rotation, "" when none
+  bool current = true;           // its role has every topic (kManagedMark)
+  bool lacks_acks = false;       // nor the acks topic (kManagedMarkBeforeAcks)
+  bool lacks_artifacts = false;  // nor the artifacts topic (kManagedMarkBeforeArtifacts and before)
   bool operator==(const Managed&) const = default;
 };
 

@@ -48,13 +48,36 @@ Result<std::string> acks(std::string_view robot_id);
 // k8s4r/robots/{robotId}/artifacts: what the robot keeps ahead of need (Prefetch).
 Result<std::string> artifacts(std::string_view robot_id);
 
-enum class TopicKind { register_robot, heartbeat, response, dispatch, task_status, presence, acks, artifacts };
+// k8s4r/robots/{robotId}/logs/request: a bridge asks for a piece of a task's
+// log (docs/logs.md).
+Result<std::string> log_request(std::string_view robot_id);
+// k8s4r/robots/{robotId}/logs/chunks/{replyTo}: the robot's answer, to the
+// bridge that asked (its MQTT client id), so only that bridge receives it.
+Result<std::string> log_chunk(std::string_view robot_id, std::string_view reply_to);
+// k8s4r/robots/+/logs/chunks/{replyTo}: every answer to this bridge.
+Result<std::string> log_chunks_filter(std::string_view reply_to);
+// k8s4r/robots/{robotId}/logs/chunks/+: a robot's own answers (its ACL).
+Result<std::string> robot_log_chunks_filter(std::string_view robot_id);
+
+enum class TopicKind {
+  register_robot,
+  heartbeat,
+  response,
+  dispatch,
+  task_status,
+  presence,
+  acks,
+  artifacts,
+  log_request,
+  log_chunk
+};
 
 struct ParsedTopic {
   TopicKind kind;
   std::string robot_id;  // empty for the legacy register and heartbeat topics: it is in the payload
   std::string task_uid;  // set for task_status only
   bool legacy = false;   // k8s4r/register or k8s4r/heartbeat
+  std::string reply_to;  // set for log_chunk only: the bridge it answers
   bool operator==(const ParsedTopic&) const = default;
 };
 
@@ -69,6 +92,7 @@ struct TopicView {
   TopicKind kind;
   std::string_view robot_id, task_uid;
   bool legacy = false;
+  std::string_view reply_to;
 };
 Result<TopicView> parse_topic_view(std::string_view topic);
 

@@ -1,0 +1,74 @@
+// `kubectl k8s4r logs`' way in (docs/logs.md): an HTTP(S) endpoint on
+// --logs-bind-address serving
+//
+//   GET /apis/robot.k8s4r.io/v1alpha1/namespaces/NS/tasks/NAME/log
+//       ?follow=true&stream=stderr&offset=N&tailLines=N&sinceSeconds=N
+//
+// as the path of a Task's log subresource would be. The caller's bearer
+// token is checked with the API server, as a kubelet checks its callers: a
+// TokenReview says who it is, a SubjectAccessReview whether they may `get`
+// `tasks/log` there (RBAC: resources: ["tasks/log"]). The answer streams
+// newline-delimited JSON, each line one of
+//
+//   {"offset":N,"text":"..."} or {"offset":N,"base64":"..."}   bytes of the log, from offset N
+//   {"offset":N}                        nothing new yet (sent at most every 5 s while following)
+//   {"gap":{"from":A,"to":B},"message":"..."}  bytes A..B are no longer kept on the robot
+//   {"end":"TaskEnded","offset":N}      the task has ended and every byte was sent
+//   {"end":"CaughtUp","offset":N}       (not following) every byte written when asked was sent
+//   {"error":"...","message":"..."}     the follow cannot go on
+//
+// A reader that loses the stream before an "end" asks again from the offset
+// it has (offset=N): nothing is lost or repeated.
+//
+// Threading: serves on its own threads (one per follower), which wait on
+// LogFollows and call the Kubernetes client.
+#pragma once
+
+#include "k8s4r/bridge/log_follows.h"
+#include "k8s4r/daemon/metrics.h"
+#include "k8s4r/kube/client.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace k8s4r::bridge {
+
+struct LogsEndpointConfig {
+  std::string bind_address;         // host:port; port 0: any free port
+  std::string cert_file, key_file;  // both set: HTTPS
+  std::string namespace_;           // the bridge's: of its Tasks
+  std::size_t max_followers = 64;   // more at once are refused (429)
+};
+
+class LogsEndpoint {
+ public:
+  LogsEndpoint(LogsEndpointConfig config, kube::Client& client, LogFollows& follows, daemon::Metrics& metrics);
+  ~LogsEndpoint();
+  LogsEndpoint(const LogsEndpoint&) = delete;
+  LogsEndpoint& operator=(const LogsEndpoint&) = delete;
+
+  // Binds and starts serving; throws std::runtime_error when it cannot. The port.
+  int start();
+  void stop();
+
+ private:
+  void serve(const httplib::Request& request, httplib::Response& response);
+
+  LogsEndpointConfig config_;
+  kube::Client& client_;
+  LogFollows& follows_;
+  daemon::Metrics& metrics_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  std::atomic<std::size_t> following_{0};
+};
+
+}  // namespace k8s4r::bridge
