@@ -55,7 +55,13 @@ log "tailing MQTT as an operator would: mosquitto_sub -h 127.0.0.1 -p $MQTT_PORT
 # ---- Kubernetes API (the stand-in), with the CRDs --------------------------------
 KUBECTL=(kubectl --kubeconfig "$WORK/kubeconfig" --cache-dir "$WORK/kube-cache")
 if [[ -x $BIN/k8s4r-kube-sim ]]; then
-  "$BIN/k8s4r-kube-sim" --listen 127.0.0.1:0 --write-kubeconfig "$WORK/kubeconfig" >"$WORK/kube-sim.log" 2>&1 &
+  # Over TLS, with its admin's token in the kubeconfig (kubectl sends a token only over TLS): kubectl k8s4r logs
+  # shows that token to the bridge, which asks the API who holds it and whether they may read a task's log.
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$WORK/kube-sim.key" -out "$WORK/kube-sim.crt" -days 1 \
+    -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 2>/dev/null
+  "$BIN/k8s4r-kube-sim" --listen 127.0.0.1:0 --write-kubeconfig "$WORK/kubeconfig" \
+    --tls-cert "$WORK/kube-sim.crt" --tls-key "$WORK/kube-sim.key" --tls-ca "$WORK/kube-sim.crt" \
+    --token "$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')" >"$WORK/kube-sim.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 100); do [[ -s $WORK/kubeconfig ]] && break; sleep 0.05; done
   [[ -s $WORK/kubeconfig ]] || { log "k8s4r-kube-sim did not start:"; cat "$WORK/kube-sim.log" >&2; exit 1; }
@@ -69,8 +75,10 @@ fi
 
 # ---- the k8s4r components -----------------------------------------------------
 BRIDGE_METRICS_PORT=$(free_port)
+LOGS_PORT=$(free_port)
 "$BIN/k8s4r-bridge" --broker-url "tcp://127.0.0.1:$MQTT_PORT" --kubeconfig "$WORK/kubeconfig" \
-  --metrics-bind-address "127.0.0.1:$BRIDGE_METRICS_PORT" --heartbeat-write-interval 10s >"$WORK/bridge.log" 2>&1 &
+  --metrics-bind-address "127.0.0.1:$BRIDGE_METRICS_PORT" --heartbeat-write-interval 10s \
+  --logs-bind-address "127.0.0.1:$LOGS_PORT" >"$WORK/bridge.log" 2>&1 &
 PIDS+=($!)
 log "k8s4r-bridge started (metrics: curl http://127.0.0.1:$BRIDGE_METRICS_PORT/metrics)"
 for _ in $(seq 200); do
@@ -124,11 +132,15 @@ log "kubectl describe rtask $first (the Events tell what the manager decided and
 "${KUBECTL[@]}" describe rtask "$first" | sed -n '/^Status:/,$p'
 log "its output: kubectl get rtask $first -o jsonpath='{.status.logs}'"
 "${KUBECTL[@]}" get rtask "$first" -o jsonpath='{.status.logs}'
+log "and from its robot, as it wrote it: kubectl k8s4r logs $first (docs/logs.md)"
+K8S4R_LOGS_URL="http://127.0.0.1:$LOGS_PORT" "$REPO_ROOT/tools/kubectl-k8s4r" logs "$first" --kubeconfig "$WORK/kubeconfig" ||
+  log "kubectl k8s4r logs failed; the bridge's log: $WORK/bridge.log"
 log "MQTT traffic, as mosquitto_sub showed it:"
 cut -c1-200 "$WORK/mqtt.log" >&2
 [[ $state == completed ]] || { log "the job did not complete ($state); manager and bridge logs:"; cat "$WORK/manager.log" "$WORK/bridge.log" >&2; exit 1; }
 log "the job completed. Where to look on a real system:"
 log "  kubectl get rjob,rtg,rtask,rb          what was asked, decided and done"
 log "  kubectl describe rtask <name>          the Events of one task"
+log "  kubectl k8s4r logs -f <name>           what a task prints, live, from its robot"
 log "  mosquitto_sub -v -t 'k8s4r/#'          every message between robots and the bridge"
 log "  curl <manager>/metrics, <bridge>/metrics"

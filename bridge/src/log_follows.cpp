@@ -58,6 +58,11 @@ void LogFollows::stop() {
   arrived_.notify_all();
 }
 
+bool LogFollows::stopped() const {
+  std::lock_guard lock(mutex_);
+  return stopped_;
+}
+
 std::size_t LogFollows::followers() const {
   std::lock_guard lock(mutex_);
   return waiting_.size();

@@ -217,7 +217,8 @@ void LogsEndpoint::serve(const httplib::Request& request, httplib::Response& res
         auto chunk = follows_.ask(asked, std::chrono::milliseconds(asked.wait_ms) + 5s);
         const auto now = std::chrono::steady_clock::now();
         if (!chunk) {
-          if (!sink.is_writable()) return false;
+          // The bridge stops, or the reader left: the stream ends with no "end", so a reader takes it up again.
+          if (follows_.stopped() || !sink.is_writable()) return false;
           if (now - follow->heard < (follow->answered ? kGiveUpAfter : kGiveUpFirstAfter)) return true;  // ask again
           write({{"error", "RobotNotAnswering"},
                  {"message",

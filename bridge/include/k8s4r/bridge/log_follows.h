@@ -39,8 +39,9 @@ class LogFollows {
   std::optional<LogChunk> ask(LogRequest request, std::chrono::milliseconds timeout);
   // An answer from the loop; false when no follower waits for it.
   bool on_chunk(LogChunk chunk);
-  // Wakes every follower waiting (the bridge stops).
+  // Wakes every follower waiting (the bridge stops); ask() answers nullopt from then on.
   void stop();
+  bool stopped() const;
 
   std::size_t followers() const;
   std::uint64_t bytes_received() const { return bytes_.load(); }
