@@ -76,9 +76,10 @@ int main(int argc, char** argv) {
     spdlog::info("serving /metrics, /healthz and /readyz on port {}", port);
     std::optional<LogsEndpoint> logs;
     if (!config.logs_bind_address.empty()) {
-      logs.emplace(LogsEndpointConfig{config.logs_bind_address, config.logs_cert_file, config.logs_key_file, namespace_,
-                                      config.logs_max_followers},
-                   client, bridge.log_follows(), metrics);
+      LogsEndpointConfig logs_config{config.logs_bind_address, config.logs_cert_file, config.logs_key_file, namespace_,
+                                     config.logs_max_followers};
+      logs_config.not_ready = [&bridge] { return bridge.not_ready_reason(); };
+      logs.emplace(std::move(logs_config), client, bridge.log_follows(), metrics);
       const int logs_port = logs->start();
       spdlog::info("serving tasks' logs over {} on port {}", config.logs_cert_file.empty() ? "HTTP" : "HTTPS",
                    logs_port);

@@ -68,10 +68,13 @@ void LogServer::on_request(const std::string& payload) {
     return;
   }
   const LogRequest& asked = request.value();
-  // A newer request of the follow replaces the one held (the bridge asked
-  // again: its answer was lost, or it was restarted).
   const std::string key = asked.reply_to + "/" + asked.follow_id;
-  held_.erase(key);
+  // A newer request of the follow replaces the one held; an older one (a
+  // duplicate the broker delivered again) is not answered.
+  if (const auto held = held_.find(key); held != held_.end()) {
+    if (held->second.request.seq > asked.seq) return;
+    held_.erase(held);
+  }
   const std::int64_t offset = start_of(asked);
   if (answer(asked, offset, true)) return;
   if (held_.size() >= kMaxHeld) {
@@ -89,9 +92,11 @@ std::int64_t LogServer::start_of(const LogRequest& request) const {
   if (request.offset) return *request.offset;
   const std::string path = path_of(work_dir_, request);
   std::int64_t start = 0;
-  if (request.since_time) {
-    const std::int64_t sampled = offset_at(index_of(work_dir_, request.task_uid),
-                                           request.stream == LogStream::stderr_stream, unix_ms(*request.since_time));
+  if (request.since_seconds) {
+    // By this robot's clock, the one that wrote the index.
+    const std::int64_t since = unix_ms(loop_.clock().wall()) - *request.since_seconds * 1000;
+    const std::int64_t sampled =
+        offset_at(index_of(work_dir_, request.task_uid), request.stream == LogStream::stderr_stream, since);
     start = line_start_from(path, sampled);
   }
   if (request.tail_lines) start = std::max(start, tail_offset(path, *request.tail_lines));

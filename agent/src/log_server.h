@@ -5,7 +5,7 @@
 // ones are looked at every 50 ms, and only while there are any. Nothing is
 // read or sent unless a bridge asks.
 //
-// For a request by time (sinceTime), sample() notes once a second how much a
+// For a request by time (sinceSeconds), sample() notes once a second how much a
 // running task's streams hold, in its logs.index.
 //
 // Threading: the agent's loop only.
@@ -54,7 +54,7 @@ class LogServer {
     SteadyTime until;
   };
 
-  // Where a request starts: its offset, or by sinceTime and tailLines.
+  // Where a request starts: its offset, or by sinceSeconds and tailLines.
   std::int64_t start_of(const LogRequest& request) const;
   // Answers unless there is nothing to say yet and `may_hold`; true when answered.
   bool answer(const LogRequest& request, std::int64_t offset, bool may_hold);

@@ -44,6 +44,10 @@ std::string file_tail(const std::string& path, std::size_t max_bytes) {
   return text;
 }
 
+// No stream is this long (2^53 bytes): a larger number in a file the task
+// owns is refused, and no sum of offsets overflows.
+constexpr std::int64_t kMaxOffset = std::int64_t{1} << 53;
+
 // `path`.base: the bytes rotated away before `path`'s first one.
 std::int64_t read_base(const std::string& path) {
   off_t size = 0;
@@ -53,21 +57,25 @@ std::int64_t read_base(const std::string& path) {
   const ssize_t got = ::pread(fd, text, sizeof text - 1, 0);
   ::close(fd);
   std::int64_t base = 0;
-  if (got <= 0 || std::from_chars(text, text + got, base).ec != std::errc{} || base < 0) return 0;
+  if (got <= 0 || std::from_chars(text, text + got, base).ec != std::errc{} || base < 0 || base > kMaxOffset) return 0;
   return base;
 }
 
-// Written whole under a new name, then renamed over the old one (a link the
-// task put there is replaced, not followed).
-void write_base(const std::string& path, std::int64_t base) {
+// Written whole under a new name, synced, then renamed over the old one (a
+// link the task put there is replaced, not followed). False when it could
+// not be: then nothing is rotated, so offsets never go back.
+bool write_base(const std::string& path, std::int64_t base) {
   const std::string next = path + ".base.new";
   ::unlink(next.c_str());
   const int fd = ::open(next.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
-  if (fd < 0) return;
+  if (fd < 0) return false;
   const std::string text = std::to_string(base) + "\n";
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const bool written =
+      ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fdatasync(fd) == 0;
   ::close(fd);
-  if (!written || ::rename(next.c_str(), (path + ".base").c_str()) != 0) ::unlink(next.c_str());
+  if (written && ::rename(next.c_str(), (path + ".base").c_str()) == 0) return true;
+  ::unlink(next.c_str());
+  return false;
 }
 
 // Up to `length` bytes of `fd` from `at`.
@@ -130,9 +138,15 @@ bool cap_log(const std::string& path, std::size_t max_bytes) {
       if (copy >= 0) {
         // Bytes written between the copy and the truncate are lost; the task
         // is not paused for its log.
-        rotated = copy_all(log, copy, size) && ::ftruncate(log, 0) == 0;
+        // The new base first: a rotation it could not record (a full disk)
+        // does not happen, and one that fails after it is undone.
+        const std::int64_t base = read_base(path);
+        rotated = copy_all(log, copy, size) && base + size <= kMaxOffset && write_base(path, base + size);
+        if (rotated && ::ftruncate(log, 0) != 0) {
+          write_base(path, base);
+          rotated = false;
+        }
         ::close(copy);
-        if (rotated) write_base(path, read_base(path) + static_cast<std::int64_t>(size));
       }
     }
   }
@@ -177,10 +191,19 @@ std::int64_t tail_offset(const std::string& path, std::int64_t lines) {
   std::int64_t found = 0;
   while (end > stop) {
     const std::int64_t start = std::max<std::int64_t>(stop, end - static_cast<std::int64_t>(kBlock));
-    const LogPiece piece = read_log(path, start, static_cast<std::size_t>(end - start));
-    if (piece.offset != start || piece.data.empty()) return piece.offset;  // older bytes are gone
-    for (std::size_t at = piece.data.size(); at-- > 0;) {
-      if (piece.data[at] != '\n') {
+    // The block, whole: a piece ends where a rotated part does.
+    std::string block;
+    for (std::int64_t at = start; at < end;) {
+      LogPiece piece = read_log(path, at, static_cast<std::size_t>(end - at));
+      if (piece.offset != at || piece.data.empty()) {
+        if (block.empty()) return std::min(piece.offset, end);  // older bytes are gone: from the oldest kept
+        break;
+      }
+      block += piece.data;
+      at += static_cast<std::int64_t>(piece.data.size());
+    }
+    for (std::size_t at = block.size(); at-- > 0;) {
+      if (block[at] != '\n') {
         skip_last_newline = false;
         continue;
       }
@@ -190,6 +213,7 @@ std::int64_t tail_offset(const std::string& path, std::int64_t lines) {
       }
       if (++found == lines) return start + static_cast<std::int64_t>(at) + 1;
     }
+    if (start + static_cast<std::int64_t>(block.size()) < end) return start + static_cast<std::int64_t>(block.size());
     end = start;
   }
   return stop;
@@ -197,6 +221,7 @@ std::int64_t tail_offset(const std::string& path, std::int64_t lines) {
 
 std::int64_t line_start_from(const std::string& path, std::int64_t offset) {
   if (offset <= 0) return 0;
+  if (offset > kMaxOffset) return offset;
   LogPiece before = read_log(path, offset - 1, 1);
   if (before.offset == offset - 1 && before.data == "\n") return offset;
   for (std::int64_t at = offset; at < offset + 1024 * 1024;) {
@@ -212,9 +237,33 @@ std::int64_t line_start_from(const std::string& path, std::int64_t offset) {
 void append_log_index(const std::string& index, std::int64_t unix_ms, std::int64_t stdout_size,
                       std::int64_t stderr_size) {
   constexpr off_t kMaxIndexBytes = 1024 * 1024;
-  const int fd = ::open(index.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0640);
+  int fd = ::open(index.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0640);
   if (fd < 0) return;
   struct stat about {};
+  if (::fstat(fd, &about) == 0 && S_ISREG(about.st_mode) && about.st_nlink == 1 && about.st_size >= kMaxIndexBytes) {
+    // Full: its newer half is kept (a --since further back starts earlier, never later).
+    ::close(fd);
+    fd = -1;
+    off_t size = 0;
+    const int old = open_task_file(index, O_RDONLY, size);
+    if (old < 0) return;
+    std::string text = pread_some(old, size / 2, static_cast<std::size_t>(size - size / 2));
+    ::close(old);
+    const auto newline = text.find('\n');
+    text.erase(0, newline == std::string::npos ? text.size() : newline + 1);
+    const std::string next = index + ".new";
+    ::unlink(next.c_str());
+    const int fresh = ::open(next.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+    if (fresh < 0) return;
+    const bool written = ::write(fresh, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ::close(fresh);
+    if (!written || ::rename(next.c_str(), index.c_str()) != 0) {
+      ::unlink(next.c_str());
+      return;
+    }
+    fd = ::open(index.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return;
+  }
   if (::fstat(fd, &about) == 0 && S_ISREG(about.st_mode) && about.st_nlink == 1 && about.st_size < kMaxIndexBytes) {
     char line[80];
     const int length = std::snprintf(line, sizeof line, "%lld %lld %lld\n", static_cast<long long>(unix_ms),
@@ -242,7 +291,7 @@ std::int64_t offset_at(const std::string& index, bool stderr_stream, std::int64_
     for (std::int64_t& field : fields) {
       while (cursor < line_end && *cursor == ' ') ++cursor;
       const auto [next, error] = std::from_chars(cursor, line_end, field);
-      ok = ok && error == std::errc{} && field >= 0;
+      ok = ok && error == std::errc{} && field >= 0 && field <= kMaxOffset;
       cursor = next;
     }
     at = end + 1;

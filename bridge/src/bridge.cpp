@@ -29,9 +29,11 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
       metrics_(metrics),
       log_follows_(config_.mqtt_client_id(),
                    [this](const std::string& topic, const std::string& payload) {
-                     // A follower's request, from its thread: the link is the loop's.
+                     // A follower's request, from its thread: the link is the loop's. At
+                     // QoS 0: never queued for a robot that is away (its answer would
+                     // reach nobody); a lost one is asked again.
                      loop_.post([this, topic, payload] {
-                       if (link_ && !stopping_) link_->publish(topic, payload, 1, false, {});
+                       if (link_ && !stopping_) link_->publish(topic, payload, 0, false, {});
                      });
                    }),
       hooks_(std::move(hooks)) {

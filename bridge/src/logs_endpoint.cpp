@@ -60,12 +60,21 @@ struct Follow {
   std::string robot, task_uid, follow_id;
   LogStream stream = LogStream::stdout_stream;
   bool follow = false;
-  std::optional<std::int64_t> offset, tail_lines, until;
-  std::optional<Timestamp> since;
+  std::optional<std::int64_t> offset, tail_lines, until, since_seconds;
   std::int64_t seq = 0;
   std::chrono::steady_clock::time_point heard = std::chrono::steady_clock::now();
   bool answered = false;
 };
+
+// A Task's name: a DNS-1123 subdomain.
+bool valid_object_name(const std::string& name) {
+  if (name.empty() || name.size() > 253) return false;
+  for (const char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return false;
+  }
+  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  return alnum(name.front()) && alnum(name.back());
+}
 
 std::string line(const json& record) { return record.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"; }
 
@@ -73,7 +82,11 @@ std::string line(const json& record) { return record.dump(-1, ' ', false, json::
 
 LogsEndpoint::LogsEndpoint(LogsEndpointConfig config, kube::Client& client, LogFollows& follows,
                            daemon::Metrics& metrics)
-    : config_(std::move(config)), client_(client), follows_(follows), metrics_(metrics) {
+    : config_(std::move(config)),
+      client_(client),
+      follows_(follows),
+      metrics_(metrics),
+      reviews_(config_.reviews_per_second) {
   if (!config_.cert_file.empty() || !config_.key_file.empty()) {
     auto secure = std::make_unique<httplib::SSLServer>(config_.cert_file.c_str(), config_.key_file.c_str());
     if (!secure->is_valid())
@@ -84,6 +97,12 @@ LogsEndpoint::LogsEndpoint(LogsEndpointConfig config, kube::Client& client, LogF
   }
   const std::size_t threads = config_.max_followers + 4;  // the rest answer 429
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // What an anonymous caller can hold: a request is a GET with no body, read
+  // within 10 s, on a connection that serves a few at most.
+  server_->set_payload_max_length(4096);
+  server_->set_read_timeout(10, 0);
+  server_->set_keep_alive_max_count(4);
+  server_->set_keep_alive_timeout(5);
   server_->set_write_timeout(30, 0);
   metrics_.declare("k8s4r_bridge_log_follows_total", daemon::Metrics::Type::counter,
                    "Requests for a task's log, by HTTP status answered");
@@ -108,6 +127,8 @@ int LogsEndpoint::start() {
                                : (server_->bind_to_port(host, static_cast<int>(*port)) ? static_cast<int>(*port) : -1);
   if (bound < 0) throw std::runtime_error("logs endpoint: cannot listen on " + config_.bind_address);
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // Serving before it returns, so a stop() at once is never lost (httplib ignores one before).
+  while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return bound;
 }
 
@@ -125,6 +146,21 @@ void LogsEndpoint::serve(const httplib::Request& request, httplib::Response& res
     metrics_.add("k8s4r_bridge_log_follows_total", {{"code", std::to_string(code)}});
     fail(response, code, reason, message);
   };
+  // Cheap refusals first: nothing unbounded is asked of the API server for them.
+  if (!validate_identifier(namespace_) || !valid_object_name(name))
+    return answer_error(400, "BadRequest", "not a namespace and a Task name");
+  if (following_.load() >= config_.max_followers)
+    return answer_error(429, "TooManyRequests",
+                        "this bridge streams " + std::to_string(config_.max_followers) + " logs at most; try again");
+  {
+    std::lock_guard lock(reviews_mutex_);
+    if (!reviews_.take(std::chrono::steady_clock::now()))
+      return answer_error(429, "TooManyRequests", "too many log requests at once; try again");
+  }
+  if (config_.not_ready) {
+    if (const std::string why = config_.not_ready(); !why.empty())
+      return answer_error(503, "ServiceUnavailable", "the bridge is not ready: " + why);
+  }
   // Who asks first: nothing about a Task is told to one who may not read it.
   const LogAccess access = may_read_log(client_, bearer_token(request), namespace_, name);
   if (access.code != 200) {
@@ -155,17 +191,18 @@ void LogsEndpoint::serve(const httplib::Request& request, httplib::Response& res
   }
   if (follow->tail_lines && *follow->tail_lines > kMaxLogTailLines)
     return answer_error(400, "BadRequest", "tailLines: at most " + std::to_string(kMaxLogTailLines));
+  // A time is passed on as seconds back: the robot wrote its times down by its own clock.
   if (request.has_param("sinceSeconds")) {
-    const auto seconds = count_of(request.get_param_value("sinceSeconds"));
-    if (!seconds || *seconds > 10LL * 365 * 24 * 3600)
+    follow->since_seconds = count_of(request.get_param_value("sinceSeconds"));
+    if (!follow->since_seconds || *follow->since_seconds > kMaxLogSinceSeconds)
       return answer_error(400, "BadRequest", "sinceSeconds: a whole number of seconds, at most 10 years");
-    follow->since = std::chrono::time_point_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now()) -
-                    std::chrono::seconds(*seconds);
   }
   if (request.has_param("sinceTime")) {
     auto since = parse_rfc3339(request.get_param_value("sinceTime"));
     if (!since) return answer_error(400, "BadRequest", "sinceTime: " + since.error().message);
-    follow->since = since.value();
+    const auto back =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now() - since.value());
+    follow->since_seconds = std::clamp<std::int64_t>(back.count(), 0, kMaxLogSinceSeconds);
   }
   if (namespace_ != config_.namespace_)
     return answer_error(404, "NotFound", "this bridge serves the Tasks of namespace " + config_.namespace_);
@@ -212,14 +249,17 @@ void LogsEndpoint::serve(const httplib::Request& request, httplib::Response& res
           asked.offset = follow->offset;
         } else {
           asked.tail_lines = follow->tail_lines;
-          asked.since_time = follow->since;
+          asked.since_seconds = follow->since_seconds;
         }
         auto chunk = follows_.ask(asked, std::chrono::milliseconds(asked.wait_ms) + 5s);
         const auto now = std::chrono::steady_clock::now();
         if (!chunk) {
           // The bridge stops, or the reader left: the stream ends with no "end", so a reader takes it up again.
           if (follows_.stopped() || !sink.is_writable()) return false;
-          if (now - follow->heard < (follow->answered ? kGiveUpAfter : kGiveUpFirstAfter)) return true;  // ask again
+          if (now - follow->heard < (follow->answered ? kGiveUpAfter : kGiveUpFirstAfter)) {
+            // Ask again; meanwhile the reader hears the stream is alive.
+            return !follow->offset || write({{"offset", *follow->offset}});
+          }
           write({{"error", "RobotNotAnswering"},
                  {"message",
                   "robot " + follow->robot + " has not answered for " +
@@ -263,7 +303,8 @@ void LogsEndpoint::serve(const httplib::Request& request, httplib::Response& res
         if (chunk->ended && *follow->offset >= chunk->size) {
           ok = ok && write({{"end", "TaskEnded"}, {"offset", *follow->offset}});
           sink.done();
-        } else if (!follow->follow && *follow->offset >= *follow->until) {
+        } else if (!follow->follow && (*follow->offset >= *follow->until || data.empty())) {
+          // Every byte written when asked, or no more to be had now.
           ok = ok && write({{"end", "CaughtUp"}, {"offset", *follow->offset}});
           sink.done();
         } else if (data.empty()) {

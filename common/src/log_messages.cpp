@@ -43,7 +43,7 @@ Result<LogRequest> parse_log_request(std::string_view payload) {
     message.stream = read_stream(r);
     message.offset = r.optional_integer("offset", 0);
     message.tail_lines = r.optional_integer("tailLines", 0, kMaxLogTailLines);
-    message.since_time = r.optional_time("sinceTime");
+    message.since_seconds = r.optional_integer("sinceSeconds", 0, kMaxLogSinceSeconds);
     message.max_bytes = r.required_integer("maxBytes", 1, kMaxLogChunkBytes);
     message.wait_ms = r.optional_integer("waitMs", 0, kMaxLogWaitMs).value_or(0);
     return message;
@@ -92,7 +92,7 @@ std::string encode(const LogRequest& message) {
          {"replyTo", message.reply_to}, {"taskUid", message.task_uid},   {"stream", to_string(message.stream)}};
   if (message.offset) j["offset"] = *message.offset;
   if (message.tail_lines) j["tailLines"] = *message.tail_lines;
-  if (message.since_time) j["sinceTime"] = format_rfc3339(*message.since_time, TimePrecision::as_needed);
+  if (message.since_seconds) j["sinceSeconds"] = *message.since_seconds;
   j["maxBytes"] = message.max_bytes;
   if (message.wait_ms > 0) j["waitMs"] = message.wait_ms;
   return dump(j);

@@ -51,10 +51,11 @@ dynsec createClient k8s4r-bridge -p "$bridge_password"
 dynsec addClientRole k8s4r-bridge k8s4r-bridge
 
 # Operators: mosquitto_sub -v -t 'k8s4r/#', reading only, and never a
-# Register (it carries the robot's token, which is its login): the deny
-# outranks the allow by its priority.
+# Register (it carries the robot's token, which is its login) nor a task's
+# log (for those allowed get tasks/log, through kubectl k8s4r logs): the
+# deny outranks the allow by its priority.
 dynsec createRole k8s4r-operator
-for topic in 'k8s4r/robots/+/register' 'k8s4r/register'; do
+for topic in 'k8s4r/robots/+/register' 'k8s4r/register' 'k8s4r/robots/+/logs/chunks/+'; do
   dynsec addRoleACL k8s4r-operator publishClientReceive "$topic" deny 10
 done
 for acltype in subscribePattern unsubscribePattern publishClientReceive; do

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-from bridge_support import kubeconfig_of
 from conftest import Observer
 from manager_support import (BridgeProcess, apply, broker, free_port, get, group, job, manager_factory,  # noqa: F401
                              robot_phase, robots, sim, tasks_of_job, wait_job, wait_until)
+from bridge_support import kubeconfig_of  # noqa: E402 (integration/bridge, on the path manager_support sets)
 
 PLUGIN = pathlib.Path(__file__).resolve().parents[2] / "tools" / "kubectl-k8s4r-logs"
 READER_ROLE = pathlib.Path(__file__).resolve().parents[2] / "deploy" / "bridge" / "cluster-role.yaml"
@@ -133,7 +133,10 @@ def test_a_finished_task_reads_whole_by_tail_or_by_stream_and_strangers_are_refu
 
 def test_logs_travel_over_mqtt_only_while_followed_and_since_starts_at_a_time(sim, bridge, broker, fleet,
                                                                                tls_files, tmp_path):
-    observer = Observer(broker, topics=("k8s4r/robots/+/logs/#",))
+    # With the bridge's login: the operators' read-only one is denied tasks' logs (deploy/mosquitto/k8s4r.acl).
+    observer = Observer(broker, topics=("k8s4r/robots/+/logs/#",), username="k8s4r-bridge",
+                        password=broker.bridge_password)
+    operator = Observer(broker, topics=("k8s4r/robots/+/logs/#",))
     try:
         apply(sim, job("paced", [group("g", 1, "echo early; sleep 4; echo late; "
                                                "while true; do echo tick; sleep 0.2; done")]))
@@ -144,12 +147,14 @@ def test_logs_travel_over_mqtt_only_while_followed_and_since_starts_at_a_time(si
         reader = user_kubeconfig(sim, "operator", bind_reader=True)
         wait_until(lambda: written.exists() and b"tick" in written.read_bytes(), 30, "the task to tick")
         # Nobody follows: while the task writes ten more lines, nothing about its log is on the broker.
-        with observer.lock:
-            observer.messages.clear()
+        for watching in (observer, operator):
+            with watching.lock:
+                watching.messages.clear()
         lines = written.read_bytes().count(b"\n")
         wait_until(lambda: written.read_bytes().count(b"\n") >= lines + 10, 20, "ten more lines")
-        with observer.lock:
-            assert observer.messages == [], observer.messages[:3]
+        for watching in (observer, operator):
+            with watching.lock:
+                assert watching.messages == [], watching.messages[:3]
         # Since a time: from two seconds back, the ticks, not the lines before them (once "late" is 6 s old: the
         # robot notes its streams' sizes once a second, so a since may start up to a second early, never late).
         wait_until(lambda: written.read_bytes().count(b"tick") >= 30, 30, "30 ticks")
@@ -160,10 +165,15 @@ def test_logs_travel_over_mqtt_only_while_followed_and_since_starts_at_a_time(si
         assert since.stdout.startswith(b"tick\n"), since.stdout[:50]  # from a line's start
         with observer.lock:
             seen = list(observer.messages)
-        assert any(topic.endswith("/logs/request") for topic, _, _ in seen), seen[:3]
+        with operator.lock:
+            seen_by_operator = list(operator.messages)
+        # The bridge asked (the operators' login sees that), the robot answered (only the bridge's login sees that).
+        assert any(topic.endswith("/logs/request") for topic, _, _ in seen_by_operator), seen_by_operator[:3]
+        assert all(topic.endswith("/logs/request") for topic, _, _ in seen_by_operator), seen_by_operator[:3]
         assert any("/logs/chunks/" in topic for topic, _, _ in seen), seen[:3]
-        # Every payload an operator tailing the broker sees is readable JSON.
-        for topic, payload, _ in seen:
+        # Every payload on the broker is readable JSON.
+        for topic, payload, _ in seen + seen_by_operator:
             json.loads(payload)
     finally:
         observer.close()
+        operator.close()

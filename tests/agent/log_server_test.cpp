@@ -128,6 +128,29 @@ TEST_F(LogServerTest, ANewerRequestOfAFollowReplacesTheOneHeld) {
   EXPECT_EQ(sent_[0].seq, 2);
 }
 
+TEST_F(LogServerTest, AnOlderRequestDeliveredAgainDoesNotReplaceANewerOneHeld) {
+  ask(request(2, 0));
+  ask(request(1, 0));  // the broker's duplicate of an earlier one
+  append("x\n");
+  testing::advance(clock_, loop_, 100ms);
+  ASSERT_EQ(sent_.size(), 1u);
+  EXPECT_EQ(sent_[0].seq, 2);
+}
+
+TEST_F(LogServerTest, SinceSecondsCountsBackFromTheRobotsOwnClock) {
+  append("old\n");
+  server_->sample({kUid});
+  clock_.advance(10s);
+  append("new\n");
+  server_->sample({kUid});
+  clock_.advance(2s);
+  LogRequest asked = request(1, std::nullopt);
+  asked.since_seconds = 5;
+  ask(asked);
+  ASSERT_EQ(sent_.size(), 1u);
+  EXPECT_EQ(sent_[0].data, "new\n");
+}
+
 TEST_F(LogServerTest, StartsByTailLinesWhenNoOffsetIsGiven) {
   append("1\n2\n3\n4\n");
   LogRequest asked = request(1, std::nullopt);

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 namespace k8s4r::agent {
 namespace {
@@ -106,6 +107,42 @@ TEST(ReadLog, KeepsOffsetsAcrossARotationAndSaysWhenBytesAreGone) {
   EXPECT_EQ(piece.size, 19);
   EXPECT_EQ(read_log(log, 19, 100).data, "");
   EXPECT_EQ(read_log(log, 19, 100).offset, 19);
+}
+
+TEST(TailOffset, CountsAcrossARotationAndStopsAtTheOldestByteKept) {
+  testing::TempDir dir;
+  const std::string log = (dir / "stdout.log").string();
+  write(log, "1\n2\n3\n");
+  ASSERT_TRUE(cap_log(log, 2));  // 1..3 in stdout.log.1, offsets 0..5
+  std::ofstream(log, std::ios::app) << "4\n5\n";
+  EXPECT_EQ(tail_offset(log, 2), 6);   // "4\n5\n"
+  EXPECT_EQ(tail_offset(log, 3), 4);   // "3\n" from the rotated part, then the rest
+  EXPECT_EQ(tail_offset(log, 10), 0);  // every line kept
+  ASSERT_TRUE(cap_log(log, 2));        // 4..5 rotated; 1..3 gone
+  std::ofstream(log, std::ios::app) << "6\n";
+  EXPECT_EQ(tail_offset(log, 10), 6);  // from the oldest byte kept
+}
+
+TEST(ReadLog, AForgedBaseNeitherOverflowsNorMovesTheStream) {
+  testing::TempDir dir;
+  const std::string log = (dir / "stdout.log").string();
+  write(log, "abc\n");
+  write(dir / "stdout.log.base", "9223372036854775807\n");  // what a task could put there
+  const LogPiece piece = read_log(log, 0, 100);
+  EXPECT_EQ(piece.data, "abc\n");
+  EXPECT_EQ(piece.size, 4);
+  EXPECT_EQ(line_start_from(log, std::numeric_limits<std::int64_t>::max()), std::numeric_limits<std::int64_t>::max());
+}
+
+TEST(LogIndex, KeepsItsNewerHalfWhenFull) {
+  testing::TempDir dir;
+  const std::string index = (dir / "logs.index").string();
+  const std::string filler(1024 * 1024, '\n');
+  write(index, "1000 5 0\n" + filler);
+  append_log_index(index, 2000, 9, 0);
+  EXPECT_LT(fs::file_size(index), 600u * 1024);
+  EXPECT_EQ(offset_at(index, false, 1500), 0);  // the older sample dropped: from the start, never later
+  EXPECT_EQ(offset_at(index, false, 2500), 9);
 }
 
 TEST(ReadLog, AMissingFileIsAnEmptyStreamAndALinkIsNotFollowed) {

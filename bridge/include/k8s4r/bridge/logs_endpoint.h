@@ -11,7 +11,7 @@
 // newline-delimited JSON, each line one of
 //
 //   {"offset":N,"text":"..."} or {"offset":N,"base64":"..."}   bytes of the log, from offset N
-//   {"offset":N}                        nothing new yet (sent at most every 5 s while following)
+//   {"offset":N}                        nothing new yet (about every 5 s while following)
 //   {"gap":{"from":A,"to":B},"message":"..."}  bytes A..B are no longer kept on the robot
 //   {"end":"TaskEnded","offset":N}      the task has ended and every byte was sent
 //   {"end":"CaughtUp","offset":N}       (not following) every byte written when asked was sent
@@ -25,11 +25,14 @@
 #pragma once
 
 #include "k8s4r/bridge/log_follows.h"
+#include "k8s4r/bridge/token_bucket.h"
 #include "k8s4r/daemon/metrics.h"
 #include "k8s4r/kube/client.h"
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -46,6 +49,9 @@ struct LogsEndpointConfig {
   std::string cert_file, key_file;  // both set: HTTPS
   std::string namespace_;           // the bridge's: of its Tasks
   std::size_t max_followers = 64;   // more at once are refused (429)
+  double reviews_per_second = 20;   // TokenReviews asked at most (a second's worth at once); more: 429
+  // Empty while the bridge can follow (its MQTT link up); else why not: 503, and the reader tries again.
+  std::function<std::string()> not_ready;
 };
 
 class LogsEndpoint {
@@ -69,6 +75,8 @@ class LogsEndpoint {
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::atomic<std::size_t> following_{0};
+  std::mutex reviews_mutex_;
+  TokenBucket reviews_;
 };
 
 }  // namespace k8s4r::bridge

@@ -32,8 +32,9 @@ std::string_view to_string(LogStream stream);
 // The largest piece a request may ask for, and the longest a robot holds one.
 inline constexpr std::int64_t kMaxLogChunkBytes = 64 * 1024;
 inline constexpr std::int64_t kMaxLogWaitMs = 30'000;
-// At most this many lines back for tailLines.
+// At most this many lines back for tailLines, and seconds back for sinceSeconds (ten years).
 inline constexpr std::int64_t kMaxLogTailLines = 1'000'000;
+inline constexpr std::int64_t kMaxLogSinceSeconds = 10LL * 365 * 24 * 3600;
 // A chunk's payload: its data as text, escaped, or as base64.
 inline constexpr std::size_t kMaxLogChunkPayloadBytes = 512 * 1024;
 
@@ -44,11 +45,12 @@ struct LogRequest {
   std::string reply_to;   // replyTo: the bridge's MQTT client id, the last level of the answer's topic
   std::string task_uid;   // taskUid
   LogStream stream = LogStream::stdout_stream;
-  // Where to start: offset when set; else the first byte written at or after
-  // sinceTime and within the last tailLines lines (both may be set), or 0.
+  // Where to start: offset when set; else the first byte written in the
+  // last sinceSeconds (by the robot's clock, which wrote the times down) and
+  // within the last tailLines lines (both may be set), or 0.
   std::optional<std::int64_t> offset;
   std::optional<std::int64_t> tail_lines;
-  std::optional<Timestamp> since_time;
+  std::optional<std::int64_t> since_seconds;
   std::int64_t max_bytes = 16 * 1024;  // maxBytes: 1..kMaxLogChunkBytes
   std::int64_t wait_ms = 0;            // waitMs: 0..kMaxLogWaitMs; hold while there is nothing new
   bool operator==(const LogRequest&) const = default;
