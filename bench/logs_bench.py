@@ -13,12 +13,13 @@ tools/kubectl-k8s4r-logs. It measures:
    followed, and with the same tasks unfollowed, side by side.
 
 Usage:
-  /usr/bin/python3 bench/logs_bench.py           # the figures in docs/performance.md
+  /usr/bin/python3 bench/logs_bench.py           # the figures in docs/performance.md (3 runs of each, medians)
   /usr/bin/python3 bench/logs_bench.py --short   # quick
 """
 import argparse
 import json
 import pathlib
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -79,8 +80,7 @@ class Stack:
         self.stopping.append(self.manager.stop)
         self.agents = []
         for number in range(robots):
-            agent = AgentProcess(self.broker, workdir / f"work-{number}", f"robot-{number}",
-                                 ["--log-level", "info"]).start()
+            agent = AgentProcess(self.broker, workdir / f"work-{number}", f"robot-{number}").start()
             self.agents.append(agent)
             self.stopping.append(agent.process.kill)
 
@@ -160,9 +160,9 @@ def paced(stack, name, seconds):
             "mqtt_bytes_per_line": round(total / lines, 1), "overhead_ratio": round(total / printed, 3)}
 
 
-def ten_followed(stack, seconds):
+def ten_followed(stack, seconds, name):
     """The bridge's CPU and RSS over `seconds` with 10 paced tasks unfollowed, then the same tasks followed."""
-    tasks = stack.run_job("ten", 10, PACED.format(seconds=3 * seconds + 30))
+    tasks = stack.run_job(name, 10, PACED.format(seconds=2 * seconds + 10))
     pid = stack.bridge.process.pid
     before = proc_figures(pid)
     time.sleep(seconds)  # the measured window: the bridge idle beside 10 running tasks
@@ -185,6 +185,7 @@ def ten_followed(stack, seconds):
     for follower in followers:
         follower.kill()
         follower.wait()
+    stack.sim.kubectl("delete", "rjob", name, "--wait=false")
     return {"window_s": seconds,
             "unfollowed_cpu_percent": round(100 * (idle["cpu_s"] - before["cpu_s"]) / seconds, 2),
             "followed_cpu_percent": round(100 * (end["cpu_s"] - start["cpu_s"]) / seconds, 2),
@@ -194,9 +195,16 @@ def ten_followed(stack, seconds):
                                             (idle["cpu_s"] - before["cpu_s"])) / max(1, followed_lines), 1)}
 
 
+def medians(runs):
+    """Each figure's median over the runs, with the runs' values beside it."""
+    return {key: {"median": statistics.median(run[key] for run in runs), "runs": [run[key] for run in runs]}
+            for key in runs[0]}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--short", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each measurement, side by side (3)")
     args = parser.parse_args()
     fast_lines = 2000 if args.short else 10000
     paced_seconds = 5 if args.short else 20
@@ -204,11 +212,14 @@ def main():
     with tempfile.TemporaryDirectory(prefix="k8s4r-logs-bench-") as directory:
         stack = Stack(pathlib.Path(directory), robots=2)
         try:
-            results = {
-                "fast_writer": bytes_per_line(stack, "fast", fast_lines, FAST.format(lines=fast_lines)),
-                "paced_writer": paced(stack, "paced", paced_seconds),
-                "ten_followed": ten_followed(stack, window),
-            }
+            runs = {"fast_writer": [], "paced_writer": [], "ten_followed": []}
+            repeats = 1 if args.short else args.repeats
+            for run in range(repeats):
+                runs["fast_writer"].append(bytes_per_line(stack, f"fast-{run}", fast_lines,
+                                                          FAST.format(lines=fast_lines)))
+                runs["paced_writer"].append(paced(stack, f"paced-{run}", paced_seconds))
+                runs["ten_followed"].append(ten_followed(stack, window, f"ten-{run}"))
+            results = {name: medians(each) for name, each in runs.items()}
         finally:
             stack.stop()
     print(json.dumps(results, indent=2))
