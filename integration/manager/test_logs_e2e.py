@@ -2,10 +2,13 @@
 HTTPS, its caller checked by a TokenReview and a SubjectAccessReview at the stand-in, which enforces RBAC), the real
 agents answering over the real broker (TLS, deploy/mosquitto/k8s4r.acl), tasks placed by the real manager. Judged by
 what the plugin prints against what each task wrote."""
+import http.client
 import json
 import pathlib
 import signal
+import ssl
 import subprocess
+import time
 
 import pytest
 
@@ -177,3 +180,54 @@ def test_logs_travel_over_mqtt_only_while_followed_and_since_starts_at_a_time(si
     finally:
         observer.close()
         operator.close()
+
+
+def test_a_reader_that_stops_reading_holds_the_robot_back_instead_of_swamping_the_link(
+        sim, bridge, broker, robots, manager_factory, tls_files):
+    """Flow control, judged by the link: while the reader takes nothing, the robot sends little more than what fills
+    the reader's socket, far short of what the task wrote; once it reads again, it gets every byte, in order."""
+    manager_factory().start()
+    robots("robot-a", extra=["--max-log-bytes", "200000000"])  # no rotation in the middle
+    wait_until(lambda: robot_phase(sim, "robot-a") == "Online", 20, "robot-a to be Online")
+    # 30,000,000 bytes at once: lines of 98 zeros and a newline.
+    apply(sim, job("flood", [group("g", 1, "yes \"$(printf '%098d' 0)\" | head -c 30000000; sleep 600")]))
+    name = task_named(sim, "flood")
+    wait_running(sim, name)
+    user_kubeconfig(sim, "operator", bind_reader=True)
+    token = sim.kubectl("create", "token", "operator").stdout.strip()
+    link = Observer(broker, topics=("k8s4r/robots/+/logs/chunks/+",), username="k8s4r-bridge",
+                    password=broker.bridge_password)
+    try:
+        host, port = bridge.logs_url.removeprefix("https://").split(":")
+        connection = http.client.HTTPSConnection(host, int(port), timeout=60,
+                                                 context=ssl.create_default_context(cafile=tls_files["ca"]))
+        connection.request("GET", f"/apis/robot.k8s4r.io/v1alpha1/namespaces/default/tasks/{name}/log?follow=true",
+                           headers={"Authorization": f"Bearer {token}"})
+        response = connection.getresponse()
+        assert response.status == 200, response.read()
+
+        def carried():
+            with link.lock:
+                return sum(len(json.loads(payload).get("text", "")) for _, payload, _ in link.messages)
+        # The reader takes nothing: what the robot sends stops growing (unchanged for two seconds).
+        wait_until(lambda: carried() > 0, 20, "the first pieces")
+        seen = {"bytes": -1, "since": time.monotonic()}
+
+        def stalled():
+            now = carried()
+            if now != seen["bytes"]:
+                seen.update(bytes=now, since=time.monotonic())
+            return time.monotonic() - seen["since"] >= 2
+        wait_until(stalled, 60, "the robot to stop sending to a reader that takes nothing")
+        assert carried() < 12_000_000, f"{carried()} of 30,000,000 bytes sent to a reader that took none"
+        # It reads again: every byte, once, in order (the task still runs: the stream goes on).
+        taken = 0
+        while taken < 30_000_000:
+            record = json.loads(response.readline())
+            if "text" in record:
+                assert record["offset"] == taken, (record["offset"], taken)
+                taken += len(record["text"])
+        assert taken == 30_000_000
+        connection.close()
+    finally:
+        link.close()
