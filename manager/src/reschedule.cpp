@@ -1,6 +1,7 @@
 #include "k8s4r/manager/reschedule.h"
 
 #include "k8s4r/common/duration.h"
+#include "k8s4r/common/rfc3339.h"
 #include "k8s4r/crd/resources.h"
 
 #include <algorithm>
@@ -60,7 +61,7 @@ RescheduleDecision decide_reschedule(const ReschedulePolicy& policy, const std::
                                      Timestamp now) {
   // One in the future (a clock that was ahead) counts as recent.
   const auto within = static_cast<int>(
-      std::count_if(earlier.begin(), earlier.end(), [&](Timestamp at) { return now - at < policy.interval; }));
+      std::count_if(earlier.begin(), earlier.end(), [&](Timestamp at) { return elapsed(at, now) < policy.interval; }));
   if (!policy.unlimited && within >= policy.attempts) {
     return {false, nanoseconds(0),
             "rescheduled " + std::to_string(within) + " time(s) in the last " + format_go_duration(policy.interval) +

@@ -3,6 +3,7 @@
 #include "k8s4r/crd/robot_secret.h"
 
 #include "k8s4r/common/duration.h"
+#include "k8s4r/common/rfc3339.h"
 
 namespace k8s4r::manager {
 
@@ -55,7 +56,9 @@ RobotVerdict judge_robot(const json& robot, const std::optional<std::string>& se
   }
   // Registered, not yet heard from: nothing to place on it, nothing lost.
   if (!heartbeat) return {crd::RobotPhase::pending, "approved; waiting for its first heartbeat", std::nullopt};
-  const nanoseconds age = now - *heartbeat;
+  // Saturating: a time written in a Robot may be centuries off (1706), whose
+  // distance to now does not fit in 64-bit nanoseconds.
+  const nanoseconds age = elapsed(*heartbeat, now);
   if (age >= policy.offline_after) {
     return {crd::RobotPhase::offline,
             "no heartbeat since " + format_rfc3339(*heartbeat) + " (offline after " +
@@ -64,7 +67,7 @@ RobotVerdict judge_robot(const json& robot, const std::optional<std::string>& se
   }
   nanoseconds recheck = policy.offline_after - age;
   if (const auto since = disconnected_since(robot)) {
-    const nanoseconds gone = now - *since;
+    const nanoseconds gone = elapsed(*since, now);
     if (gone >= policy.disconnect_grace) {
       return {crd::RobotPhase::offline,
               "its agent has been disconnected from the broker since " +

@@ -1,5 +1,6 @@
 #include "k8s4r/manager/rollout.h"
 
+#include "k8s4r/common/rfc3339.h"
 #include "k8s4r/crd/resources.h"
 
 #include <cmath>
@@ -107,7 +108,7 @@ RolloutVerdict judge_rollout(const Rollout& rollout, const std::vector<json>& ta
   for (const json& task : tasks) {
     const crd::TaskView view = crd::read_task(task);
     if (auto created = crd::timestamp_at(task, {"metadata", "creationTimestamp"});
-        created && now - *created < std::chrono::minutes(1)) {
+        created && elapsed(*created, now) < std::chrono::minutes(1)) {
       ++verdict.started_last_minute;
       if (!oldest_in_window || *created < *oldest_in_window) oldest_in_window = created;
     }

@@ -91,6 +91,19 @@ TEST(RobotLifecycle, AnOldHeartbeatMakesARobotOfflineAndANewOneOnlineAgain) {
   EXPECT_EQ(unheard.message, "approved; waiting for its first heartbeat");
 }
 
+TEST(RobotLifecycle, TimesCenturiesOffAreVeryOldNotAnOverflow) {
+  // Found by the fuzzer: 2026 less 1706 does not fit in 64-bit nanoseconds.
+  json resource = robot("Online", 5s);
+  resource["status"]["conditions"] = json::array({{{"type", "Connected"},
+                                                   {"status", "False"},
+                                                   {"reason", "Disconnected"},
+                                                   {"lastTransitionTime", "1706-11-26T10:59:40Z"}}});
+  EXPECT_EQ(judge_robot(resource, std::nullopt, kOpen, kNow).phase, crd::RobotPhase::offline);
+  resource = robot("Online", std::nullopt);
+  resource["status"]["lastHeartbeatTime"] = "1690-01-01T00:00:00Z";
+  EXPECT_EQ(judge_robot(resource, std::nullopt, kOpen, kNow).phase, crd::RobotPhase::offline);
+}
+
 TEST(RobotLifecycle, ADisconnectedRobotIsOfflineOnceItsGraceIsOver) {
   json resource = robot("Online", 5s);
   disconnect(resource, 10s);
