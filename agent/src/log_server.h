@@ -3,7 +3,7 @@
 // files by offset. A request for bytes not written yet is held (up to its
 // waitMs) and answered as soon as there are some, or the task ends; the held
 // ones are looked at every 50 ms, and only while there are any. Nothing is
-// read or sent unless a bridge asks.
+// sent unless a bridge asks.
 //
 // For a request by time (sinceSeconds), sample() notes once a second how much a
 // running task's streams hold, in its logs.index.

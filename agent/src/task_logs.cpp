@@ -193,10 +193,16 @@ std::int64_t tail_offset(const std::string& path, std::int64_t lines) {
     const std::int64_t start = std::max<std::int64_t>(stop, end - static_cast<std::int64_t>(kBlock));
     // The block, whole: a piece ends where a rotated part does.
     std::string block;
+    std::int64_t start_kept = start;
+    bool oldest_reached = false;
     for (std::int64_t at = start; at < end;) {
       LogPiece piece = read_log(path, at, static_cast<std::size_t>(end - at));
-      if (piece.offset != at || piece.data.empty()) {
-        if (block.empty()) return std::min(piece.offset, end);  // older bytes are gone: from the oldest kept
+      if (piece.offset != at && block.empty() && piece.offset < end) {
+        // Older bytes are gone: the block starts at the oldest byte kept, and the count stops there.
+        start_kept = at = piece.offset;
+        oldest_reached = true;
+      } else if (piece.offset != at || piece.data.empty()) {
+        if (block.empty()) return std::min(piece.offset, end);
         break;
       }
       block += piece.data;
@@ -211,8 +217,9 @@ std::int64_t tail_offset(const std::string& path, std::int64_t lines) {
         skip_last_newline = false;
         continue;
       }
-      if (++found == lines) return start + static_cast<std::int64_t>(at) + 1;
+      if (++found == lines) return start_kept + static_cast<std::int64_t>(at) + 1;
     }
+    if (oldest_reached) return start_kept;
     if (start + static_cast<std::int64_t>(block.size()) < end) return start + static_cast<std::int64_t>(block.size());
     end = start;
   }

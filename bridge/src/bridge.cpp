@@ -27,7 +27,7 @@ Bridge::Bridge(BridgeConfig config, std::string namespace_name, daemon::EventLoo
       client_(client),
       make_link_(std::move(make_link)),
       metrics_(metrics),
-      log_follows_(config_.mqtt_client_id(),
+      log_follows_(config_.log_reply_to(),
                    [this](const std::string& topic, const std::string& payload) {
                      // A follower's request, from its thread: the link is the loop's. At
                      // QoS 0: never queued for a robot that is away (its answer would
@@ -287,7 +287,7 @@ void Bridge::on_connected() {
     subscriptions.push_back({std::string(topics::kHeartbeat), 0});
   }
   // Answers to this bridge's followers of tasks' logs: none comes unless one asked.
-  subscriptions.push_back({topics::log_chunks_filter(config_.mqtt_client_id()).value(), 1});
+  subscriptions.push_back({topics::log_chunks_filter(config_.log_reply_to()).value(), 1});
   if (config_.dynamic_security) subscriptions.push_back({std::string(dynsec::kResponseTopic), 1});
   if (config_.login_plugin) subscriptions.push_back({std::string(logins::kResponseTopic), 1});
   link_->subscribe(subscriptions, [this](bool ok, const std::string& error) {
@@ -514,7 +514,7 @@ void Bridge::on_message(const std::string& topic, const std::string& payload) {
 
 void Bridge::on_log_chunk(const topics::ParsedTopic& where, const std::string& payload) {
   metrics_.add("k8s4r_bridge_messages_total", {{"topic", "log_chunk"}});
-  if (where.reply_to != config_.mqtt_client_id())
+  if (where.reply_to != config_.log_reply_to())
     return refuse("a log chunk", {"InvalidTopic", "it answers bridge " + where.reply_to + ", not this one"},
                   where.robot_id);
   auto chunk = parse_log_chunk(payload);

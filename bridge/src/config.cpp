@@ -3,6 +3,7 @@
 #include "k8s4r/bridge/slot_table.h"
 #include "k8s4r/kube/leader_election.h"
 
+#include "k8s4r/common/hashing.h"
 #include "k8s4r/common/identifiers.h"
 #include "k8s4r/daemon/config_loader.h"
 #include "k8s4r/mqtt/connect_options.h"
@@ -141,6 +142,12 @@ std::vector<daemon::Setting> settings(BridgeConfig& c) {
 }
 
 }  // namespace
+
+std::string BridgeConfig::log_reply_to() const {
+  const std::string id = mqtt_client_id();
+  if (validate_identifier(id)) return id;
+  return "bridge-" + Fnv1a64().update(id).hex();
+}
 
 BridgeConfigOutcome parse_bridge_config(const std::vector<std::string>& args,
                                         const std::function<std::string(const std::string&)>& env,

@@ -140,6 +140,14 @@ void LogsEndpoint::stop() {
   }
 }
 
+bool LogsEndpoint::not_sent_yet(const std::string& namespace_, const std::string& name) {
+  auto task = client_.get(crd::kTasks, namespace_, name);
+  if (!task) return false;
+  const crd::TaskView view = crd::read_task(task.value());
+  return !view.deleting &&
+         (!view.state || *view.state == crd::TaskState::pending || *view.state == crd::TaskState::dispatching);
+}
+
 void LogsEndpoint::serve(const httplib::Request& request, httplib::Response& response) {
   const std::string namespace_ = request.matches[1], name = request.matches[2];
   const auto answer_error = [&](int code, const std::string& reason, const std::string& message) {
@@ -149,12 +157,20 @@ void LogsEndpoint::serve(const httplib::Request& request, httplib::Response& res
   // Cheap refusals first: nothing unbounded is asked of the API server for them.
   if (!validate_identifier(namespace_) || !valid_object_name(name))
     return answer_error(400, "BadRequest", "not a namespace and a Task name");
+  const std::string token = bearer_token(request);
+  if (token.empty())
+    return answer_error(401, "Unauthorized",
+                        "no bearer token: the plugin sends the kubeconfig user's token (or --token)");
   if (following_.load() >= config_.max_followers)
     return answer_error(429, "TooManyRequests",
                         "this bridge streams " + std::to_string(config_.max_followers) + " logs at most; try again");
   {
+    // One client asking too often is refused before all of them are.
     std::lock_guard lock(reviews_mutex_);
-    if (!reviews_.take(std::chrono::steady_clock::now()))
+    const auto now = std::chrono::steady_clock::now();
+    if (reviews_by_address_.size() > 4096) reviews_by_address_.clear();
+    TokenBucket& mine = reviews_by_address_.try_emplace(request.remote_addr, config_.reviews_per_address).first->second;
+    if (!mine.take(now) || !reviews_.take(now))
       return answer_error(429, "TooManyRequests", "too many log requests at once; try again");
   }
   if (config_.not_ready) {
@@ -162,7 +178,7 @@ void LogsEndpoint::serve(const httplib::Request& request, httplib::Response& res
       return answer_error(503, "ServiceUnavailable", "the bridge is not ready: " + why);
   }
   // Who asks first: nothing about a Task is told to one who may not read it.
-  const LogAccess access = may_read_log(client_, bearer_token(request), namespace_, name);
+  const LogAccess access = may_read_log(client_, token, namespace_, name);
   if (access.code != 200) {
     spdlog::info("logs of task {}/{}: refused ({}): {}", namespace_, name, access.code, access.message);
     return answer_error(access.code,
@@ -222,6 +238,11 @@ void LogsEndpoint::serve(const httplib::Request& request, httplib::Response& res
     return answer_error(429, "TooManyRequests",
                         "this bridge streams " + std::to_string(config_.max_followers) + " logs at most; try again");
   }
+  // The place is given back however the stream ends (or if it never starts).
+  std::shared_ptr<void> place(nullptr, [this](void*) {
+    following_.fetch_sub(1);
+    metrics_.set("k8s4r_bridge_log_followers", {}, static_cast<double>(following_.load()));
+  });
   metrics_.add("k8s4r_bridge_log_follows_total", {{"code", "200"}});
   metrics_.set("k8s4r_bridge_log_followers", {}, static_cast<double>(following_.load()));
   follow->robot = view.target_robot;
@@ -231,8 +252,7 @@ void LogsEndpoint::serve(const httplib::Request& request, httplib::Response& res
                follow->follow ? "following" : "reading", to_string(follow->stream), access.user);
   response.set_header("Cache-Control", "no-store");
   response.set_chunked_content_provider(
-      "application/x-ndjson",
-      [this, follow](std::size_t, httplib::DataSink& sink) {
+      "application/x-ndjson", [this, follow, place, namespace_, name](std::size_t, httplib::DataSink& sink) {
         const auto write = [&sink](const json& record) {
           const std::string text = line(record);
           return sink.write(text.data(), text.size());
@@ -270,6 +290,11 @@ void LogsEndpoint::serve(const httplib::Request& request, httplib::Response& res
         }
         follow->heard = now;
         follow->answered = true;
+        if (chunk->error == "TaskNotFound" && follow->follow && not_sent_yet(namespace_, name)) {
+          // Not on its robot yet (placed, paused or on its way): a follow waits for it.
+          std::this_thread::sleep_for(1s);
+          return !follow->offset || write({{"offset", *follow->offset}});
+        }
         if (!chunk->error.empty()) {
           write({{"error", chunk->error}, {"message", chunk->message}});
           sink.done();
@@ -311,10 +336,6 @@ void LogsEndpoint::serve(const httplib::Request& request, httplib::Response& res
           ok = ok && write({{"offset", *follow->offset}});  // nothing new: the reader knows the stream lives
         }
         return ok;
-      },
-      [this](bool) {
-        following_.fetch_sub(1);
-        metrics_.set("k8s4r_bridge_log_followers", {}, static_cast<double>(following_.load()));
       });
 }
 

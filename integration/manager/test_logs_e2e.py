@@ -231,3 +231,35 @@ def test_a_reader_that_stops_reading_holds_the_robot_back_instead_of_swamping_th
         connection.close()
     finally:
         link.close()
+
+
+def test_following_a_task_not_yet_on_its_robot_waits_for_it(sim, bridge, broker, robots, manager_factory,
+                                                             tls_files, tmp_path):
+    """`kubectl apply` then `kubectl k8s4r logs -f` at once: the Task is not on its robot yet (here: no manager has sent
+    it), the robot says it holds no such task, and the follow waits instead of failing; it prints the task's lines
+    once it runs, and returns when it ends."""
+    robots("robot-a")
+    apply(sim, {"apiVersion": "robot.k8s4r.io/v1alpha1", "kind": "Task",
+                "metadata": {"name": "early", "namespace": "default"},
+                "spec": {"name": "early", "driver": "exec", "targetRobot": "robot-a",
+                         "config": {"execConfig": {"command": "/bin/sh", "args": ["-c", "echo one; echo two"]}}}})
+    reader = user_kubeconfig(sim, "operator", bind_reader=True)
+    answers = Observer(broker, topics=("k8s4r/robots/+/logs/chunks/+",), username="k8s4r-bridge",
+                       password=broker.bridge_password)
+    try:
+        follower = subprocess.Popen(plugin(bridge, tls_files, reader, "-f", "early"), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+
+        def not_found_answers():
+            with answers.lock:
+                return sum(json.loads(p).get("error") == "TaskNotFound" for _, p, _ in answers.messages)
+        wait_until(lambda: not_found_answers() >= 2, 30, "the robot to say twice it holds no such task")
+        assert follower.poll() is None, follower.communicate()  # still following
+        manager_factory().start()  # approves the robot and sends the Task
+        out, err = follower.communicate(timeout=60)
+        assert (follower.returncode, out) == (0, b"one\ntwo\n"), err
+    finally:
+        answers.close()
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()

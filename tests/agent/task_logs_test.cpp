@@ -123,6 +123,18 @@ TEST(TailOffset, CountsAcrossARotationAndStopsAtTheOldestByteKept) {
   EXPECT_EQ(tail_offset(log, 10), 6);  // from the oldest byte kept
 }
 
+TEST(TailOffset, CountsTheLinesKeptWhenItsBlockReachesPastTheOldest) {
+  testing::TempDir dir;
+  const std::string log = (dir / "stdout.log").string();
+  write(log, "x\ny\n");
+  ASSERT_TRUE(cap_log(log, 2));
+  std::ofstream(log, std::ios::app) << "a\nb\nc\n";
+  ASSERT_TRUE(cap_log(log, 2));  // x, y gone; a..c rotated (offsets 4..9); d current
+  std::ofstream(log, std::ios::app) << "d\n";
+  EXPECT_EQ(tail_offset(log, 2), 8);   // "c\nd\n", not every line kept
+  EXPECT_EQ(tail_offset(log, 10), 4);  // every line kept, from the oldest
+}
+
 TEST(ReadLog, AForgedBaseNeitherOverflowsNorMovesTheStream) {
   testing::TempDir dir;
   const std::string log = (dir / "stdout.log").string();

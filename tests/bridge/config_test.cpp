@@ -28,6 +28,29 @@ TEST(BridgeConfig, GoK8s4rsSharedTopicsAreOffUnlessAskedFor) {
   EXPECT_FALSE(outcome.config->legacy_topics);
 }
 
+TEST(BridgeConfig, LogsAreServedOnlyWhereAskedAndTokensOnlyOverTlsOffLoopback) {
+  auto outcome = parse({});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  EXPECT_EQ(outcome.config->logs_bind_address, "");  // off by default
+  outcome = parse({"--logs-bind-address", "127.0.0.1:10350"});
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  outcome = parse({"--logs-bind-address", "0.0.0.0:10350"});
+  ASSERT_FALSE(outcome.config);
+  EXPECT_NE(outcome.output.find("carries bearer tokens"), std::string::npos) << outcome.output;
+}
+
+TEST(BridgeConfig, AnyClientIdGivesLogAnswersATopicLevelOfTheirOwn) {
+  auto outcome = parse({"--client-id", "Bridge_Prod.1"});  // a valid MQTT client id, not a DNS label
+  ASSERT_TRUE(outcome.config) << outcome.output;
+  const std::string reply_to = outcome.config->log_reply_to();
+  EXPECT_EQ(reply_to.rfind("bridge-", 0), 0u) << reply_to;
+  EXPECT_EQ(reply_to.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-"), std::string::npos) << reply_to;
+  outcome = parse({"--client-id", "Bridge_Prod.2"});
+  EXPECT_NE(outcome.config->log_reply_to(), reply_to);
+  outcome = parse({"--client-id", "k8s4r-bridge", "--replica-id", "bridge-0"});
+  EXPECT_EQ(outcome.config->log_reply_to(), "k8s4r-bridge-bridge-0");  // the client id itself when it can be
+}
+
 TEST(BridgeConfig, HelpNamesTheProgramAndEachType) {
   const auto outcome = parse({"--help"});
   EXPECT_FALSE(outcome.config);

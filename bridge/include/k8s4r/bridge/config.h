@@ -74,6 +74,9 @@ struct BridgeConfig {
 
   // The MQTT client id it connects with: client-id, and -replica-id when set.
   std::string mqtt_client_id() const { return replica_id.empty() ? client_id : client_id + "-" + replica_id; }
+  // Where robots answer its log requests (a topic level, ...logs/chunks/{this}):
+  // the MQTT client id when it is a DNS label, else "bridge-" and its FNV-1a hash.
+  std::string log_reply_to() const;
 };
 
 struct BridgeConfigOutcome {

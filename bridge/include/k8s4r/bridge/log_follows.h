@@ -24,10 +24,10 @@ namespace k8s4r::bridge {
 
 class LogFollows {
  public:
-  // Publishes a request to the robot's log request topic (QoS 1); from any thread.
+  // Publishes a request to the robot's log request topic (at QoS 0); from any thread.
   using Publish = std::function<void(const std::string& topic, const std::string& payload)>;
 
-  // `reply_to`: this bridge's MQTT client id, where its answers come.
+  // `reply_to`: this bridge's name in its answers' topic (BridgeConfig::log_reply_to).
   LogFollows(std::string reply_to, Publish publish) : reply_to_(std::move(reply_to)), publish_(std::move(publish)) {}
 
   const std::string& reply_to() const { return reply_to_; }

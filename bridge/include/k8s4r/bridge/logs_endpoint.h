@@ -31,6 +31,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,7 +50,8 @@ struct LogsEndpointConfig {
   std::string cert_file, key_file;  // both set: HTTPS
   std::string namespace_;           // the bridge's: of its Tasks
   std::size_t max_followers = 64;   // more at once are refused (429)
-  double reviews_per_second = 20;   // TokenReviews asked at most (a second's worth at once); more: 429
+  double reviews_per_second = 50;   // TokenReviews asked at most (a second's worth at once); more: 429
+  double reviews_per_address = 5;   // and at most this many a second for one client address
   // Empty while the bridge can follow (its MQTT link up); else why not: 503, and the reader tries again.
   std::function<std::string()> not_ready;
 };
@@ -67,6 +69,8 @@ class LogsEndpoint {
 
  private:
   void serve(const httplib::Request& request, httplib::Response& response);
+  // Whether the Task has not reached its robot yet (it has no state, or is pending or dispatching).
+  bool not_sent_yet(const std::string& namespace_, const std::string& name);
 
   LogsEndpointConfig config_;
   kube::Client& client_;
@@ -77,6 +81,7 @@ class LogsEndpoint {
   std::atomic<std::size_t> following_{0};
   std::mutex reviews_mutex_;
   TokenBucket reviews_;
+  std::map<std::string, TokenBucket> reviews_by_address_;  // forgotten whole past 4096 addresses
 };
 
 }  // namespace k8s4r::bridge
