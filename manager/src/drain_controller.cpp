@@ -72,7 +72,8 @@ void Manager::reconcile_drain(const kube::ObjectPtr& robot, Outcome& outcome) {
   DrainPlan plan = plan_drain(view);
   if (plan.requeue_after) outcome.after(*plan.requeue_after);
 
-  for (const auto& [task, why] : plan.stops) ask_to_stop(task, "Drained", why, outcome);  // stop_requests.cpp
+  for (const auto& [task, why] : plan.stops)
+    ask_to_stop(task, std::string(crd::kStopDrained), why, outcome);  // stop_requests.cpp
   // Written even when a stop above must be tried again: its startedAt (the
   // deadline's start) is kept from the first write on.
   if (!plan.status) return;

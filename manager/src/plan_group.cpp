@@ -230,7 +230,7 @@ GroupPlan plan_group(const GroupView& view) {
       if (!started && !each.deleting && !crd::stop_request(task)) plan.stops.emplace_back(task, why);
     }
     if (crd::string_at(group, {"status", "statusDescription"}).find(kRolloutAborted) == std::string::npos)
-      plan.events.push_back({group, "Warning", "RolloutAborted", why});
+      plan.events.push_back({group, "Warning", std::string(crd::kStopRolloutAborted), why});
   }
 
   // The replicas wanted now.
@@ -350,16 +350,12 @@ GroupPlan plan_group(const GroupView& view) {
       // unless the policy allows none. Nor is a move counted later.
       // So is one a rollout's abort cancelled, once the abort is undone: it
       // never failed either.
-      const auto operators_act = [](const json& task) {
-        const auto stop = crd::stop_request(task);
-        return stop && (stop->reason == "Drained" || stop->reason == "RolloutAborted");
-      };
-      const bool drained = operators_act(newest);
-      const bool cancelled = drained && crd::stop_request(newest)->reason == "RolloutAborted";
+      const bool drained = crd::stopped_by_operator(newest);
+      const bool cancelled = drained && crd::stop_request(newest)->reason == crd::kStopRolloutAborted;
       std::vector<Timestamp> earlier;
       for (std::size_t i = 0; i < slot->attempts.size(); ++i) {
         const json* attempt = slot->attempts[i];
-        if (attempt_of(*attempt) == 0 || (i > 0 && operators_act(*slot->attempts[i - 1]))) continue;
+        if (attempt_of(*attempt) == 0 || (i > 0 && crd::stopped_by_operator(*slot->attempts[i - 1]))) continue;
         if (auto created = crd::timestamp_at(*attempt, {"metadata", "creationTimestamp"})) earlier.push_back(*created);
       }
       RescheduleDecision decision = decide_reschedule(policy.value(), earlier, t);

@@ -121,7 +121,7 @@ RolloutVerdict judge_rollout(const Rollout& rollout, const std::vector<json>& ta
     }
     // Stopped by an operator's act (a drain, this rollout's abort): neither
     // a success nor a failure of the work.
-    if (crd::stop_request(task) && *view.state != crd::TaskState::completed) continue;
+    if (crd::stopped_by_operator(task) && *view.state != crd::TaskState::completed) continue;
     ++verdict.executed;
     if (*view.state == crd::TaskState::completed) {
       ++verdict.succeeded;

@@ -40,7 +40,7 @@ void Manager::ask_to_stop(const json& task, const std::string& reason, const std
   }
   spdlog::info("task {}/{}: {}: {}", t.namespace_, t.name, unsent ? "ended before it was sent" : "asked to stop", why);
   metrics_.add("k8s4r_manager_stop_requests_total", {{"reason", reason}});
-  record(written.value(), "Normal", reason == "Drained" ? "Draining" : reason, why);
+  record(written.value(), "Normal", reason == crd::kStopDrained ? "Draining" : reason, why);
 }
 
 }  // namespace k8s4r::manager

@@ -201,7 +201,8 @@ Manager::Outcome Manager::apply_group_plan(const std::string& key, const GroupVi
   std::string why_waiting;  // the first replica's reason, said on the group and its Job
   std::vector<std::pair<Unplaced, std::shared_ptr<const Placement>>> writes;
   std::optional<std::vector<RobotFacts>> robots_seen;
-  for (const auto& [task, why] : plan.stops) ask_to_stop(task, "RolloutAborted", why, outcome);  // stop_requests.cpp
+  for (const auto& [task, why] : plan.stops)
+    ask_to_stop(task, std::string(crd::kStopRolloutAborted), why, outcome);  // stop_requests.cpp
   if (!plan.placements.empty()) {
     auto needs = replica_needs(view.job, view.group);
     if (plan.per_label) {

@@ -143,6 +143,11 @@ std::optional<Condition> stop_request(const json& task) {
   return condition;
 }
 
+bool stopped_by_operator(const json& task) {
+  const auto stop = stop_request(task);
+  return stop && (stop->reason == kStopDrained || stop->reason == kStopRolloutAborted);
+}
+
 json set_condition(const json& object, const Condition& condition, Timestamp now) {
   json conditions = json::array();
   bool found = false;

@@ -101,6 +101,12 @@ std::optional<Condition> find_condition(const nlohmann::json& object, std::strin
 inline constexpr std::string_view kDisruptionTarget = "DisruptionTarget";
 // The DisruptionTarget condition when its status is True; none otherwise.
 std::optional<Condition> stop_request(const nlohmann::json& task);
+// Its reasons: the Task's robot is drained, or its rollout was aborted.
+inline constexpr std::string_view kStopDrained = "Drained";
+inline constexpr std::string_view kStopRolloutAborted = "RolloutAborted";
+// Asked to stop by an operator's act (a drain, a rollout's abort): when such
+// a Task ends, that is neither a success nor a failure of its work.
+bool stopped_by_operator(const nlohmann::json& task);
 
 // ---- Patches -------------------------------------------------------------------
 
